@@ -1,0 +1,24 @@
+"""gradviz_nb: see, click and question PyTorch's autograd graph in Jupyter.
+
+Example::
+
+    import gradviz_nb as gv
+    with gv.capture(model) as cap:
+        loss = criterion(model(x), y)
+    gv.GraphWidget(loss, model=model, capture=cap)
+"""
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, unwatch, watch
+
+__all__ = ["AutogradGraph", "Capture", "GradvizError", "GraphWidget", "capture", "trace", "unwatch", "watch"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The widget pulls in anywidget/ipywidgets; import it only when asked so tracing stays light.
+    if name == "GraphWidget":
+        from gradviz_nb.widgets.graph_widget import GraphWidget
+
+        return GraphWidget
+    raise AttributeError(f"module 'gradviz_nb' has no attribute {name!r}")

@@ -1,0 +1,209 @@
+"""Module attribution: which module call created each autograd node.
+
+Every autograd node gets a sequence number when it is created (``Node._sequence_nr()``), from a
+per-thread counter that ``torch.autograd._get_sequence_nr()`` reads. Recording that counter in a
+forward pre-hook and a forward hook gives each module call a half-open interval ``[start, end)``.
+Calls nest in time, so a node belongs to the deepest call whose interval holds its number.
+This sees functional ops, fused kernels, SDPA and non-reentrant checkpoint alike, and costs two
+counter reads per module call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradviz_nb.errors import GradvizError
+
+
+
+def _sequence_counter() -> int:
+    getter = getattr(torch.autograd, "_get_sequence_nr", None)
+    if getter is None:  # private API: fail loudly rather than attribute wrongly
+        raise GradvizError(
+            f"torch {torch.__version__} has no torch.autograd._get_sequence_nr; module capture needs it. "
+            "Trace without capture, or use a torch version between 2.1 and 2.13."
+        )
+    return int(getter())
+
+
+def _in_backward() -> bool:
+    # Non-reentrant checkpoint re-runs module forwards during backward; those calls are not the forward.
+    return int(torch._C._current_graph_task_id()) != -1
+
+
+@dataclass(eq=False)
+class ModuleCall:
+    """One call of a module: the autograd nodes numbered in ``[start, end)`` were made inside it.
+
+    Calls are told apart by identity; the ids users see ("blocks.0 (call 2)") are given when a graph
+    is traced, numbering the calls of each module path that graph uses.
+    """
+
+    path: str
+    type: str
+    parent: ModuleCall | None
+    start: int
+    end: int = -1  # -1 while the call is running
+
+
+@dataclass
+class _Forward:
+    """The calls of one outermost forward (a 'session'), kept together so old ones can be dropped."""
+
+    calls: list[ModuleCall] = field(default_factory=list)
+
+
+class Capture:
+    """Context manager that records module calls of ``model``; see :func:`capture`.
+
+    Example::
+
+        with gv.capture(model) as cap:
+            loss = model(x).sum()
+        gv.GraphWidget(loss, capture=cap)
+    """
+
+    def __init__(self, model: nn.Module, keep_forwards: int | None = None) -> None:
+        if not isinstance(model, nn.Module):
+            raise GradvizError(f"gv.capture expects an nn.Module, got {type(model).__name__}.")
+        _sequence_counter()  # check the private API exists before any forward runs
+        self.model = model
+        self._forwards: deque[_Forward] = deque(maxlen=keep_forwards)
+        self._stack: list[ModuleCall] = []
+        self._handles: list[Any] = []
+
+    # -- hooks -------------------------------------------------------------------------------------
+    def _pre(self, path: str, module: nn.Module) -> None:
+        if _in_backward():
+            return
+        if not self._stack:
+            self._forwards.append(_Forward())
+        parent = self._stack[-1] if self._stack else None
+        call = ModuleCall(path, type(module).__name__, parent, _sequence_counter())
+        self._forwards[-1].calls.append(call)
+        self._stack.append(call)
+
+    def _post(self, path: str) -> None:
+        if _in_backward() or not self._stack:
+            return
+        # A module that raised still gets its post hook (always_call); pop down to it.
+        while self._stack:
+            call = self._stack.pop()
+            call.end = _sequence_counter()
+            if call.path == path:
+                break
+
+    def start(self) -> Capture:
+        if self._handles:
+            return self
+        for path, module in self.model.named_modules():
+            self._handles.append(
+                module.register_forward_pre_hook(lambda m, a, p=path: self._pre(p, m))
+            )
+            self._handles.append(
+                module.register_forward_hook(lambda m, a, o, p=path: self._post(p), always_call=True)
+            )
+        return self
+
+    def stop(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for call in self._stack:  # calls interrupted by an exception end now
+            call.end = _sequence_counter()
+        self._stack.clear()
+
+    def __enter__(self) -> Capture:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- results -----------------------------------------------------------------------------------
+    @property
+    def calls(self) -> list[ModuleCall]:
+        """All finished module calls, in the order they started (parents before children)."""
+        return [c for c in itertools.chain.from_iterable(f.calls for f in self._forwards) if c.end >= 0]
+
+    def __repr__(self) -> str:
+        state = "recording" if self._handles else "stopped"
+        return f"<gv.Capture of {type(self.model).__name__}: {len(self.calls)} module calls, {state}>"
+
+
+class Attribution:
+    """Maps autograd sequence numbers to the innermost module call that made them."""
+
+    def __init__(self, calls: list[ModuleCall]) -> None:
+        # Outer calls first on equal starts, so the last call starting at or before a number is the
+        # innermost candidate.
+        self.calls = sorted(calls, key=lambda c: (c.start, -c.end))
+        self._starts = [c.start for c in self.calls]
+
+    def call_of(self, seq: int, op: str) -> ModuleCall | None:
+        """Innermost call whose interval holds ``seq``; None at top level."""
+        if op == "CheckpointFunctionBackward":
+            # Reentrant checkpoint runs the wrapped module under no_grad: its call is empty and starts
+            # right after the checkpoint node's number. The opaque node stands for that module.
+            i = bisect.bisect_left(self._starts, seq + 1)
+            if i < len(self.calls) and self.calls[i].start == seq + 1 == self.calls[i].end:
+                return self.calls[i]
+        i = bisect.bisect_right(self._starts, seq) - 1
+        # Calls nest, so the innermost call holding seq is calls[i] or one of its ancestors.
+        call = self.calls[i] if i >= 0 else None
+        while call is not None and not (call.start <= seq < call.end):
+            call = call.parent
+        return call
+
+
+def capture(model: nn.Module) -> Capture:
+    """Record which module call creates each autograd node made inside the ``with`` block.
+
+    Hooks are added to every submodule of ``model`` on entry and all removed on exit, even if the
+    block raises. Example::
+
+        with gv.capture(model) as cap:
+            loss = criterion(model(x), y)
+        g = gv.trace(loss, model=model, capture=cap)
+    """
+    return Capture(model)
+
+
+_WATCHED: dict[int, Capture] = {}
+KEEP_FORWARDS = 8  # watch() keeps the calls of this many recent outermost forwards
+
+
+def watch(model: nn.Module) -> Capture:
+    """Keep capturing module calls of ``model`` until :func:`unwatch`.
+
+    A later ``gv.GraphWidget(loss)`` or ``gv.trace(loss)`` then gets module boxes with no extra
+    argument. Only the last few forwards are kept, so memory stays bounded. Example::
+
+        gv.watch(model)
+        loss = model(x).sum()
+        gv.GraphWidget(loss)
+    """
+    if id(model) not in _WATCHED:
+        _WATCHED[id(model)] = Capture(model, keep_forwards=KEEP_FORWARDS).start()
+    return _WATCHED[id(model)]
+
+
+def unwatch(model: nn.Module) -> None:
+    """Stop :func:`watch` on ``model`` and remove its hooks (no-op if not watched)."""
+    cap = _WATCHED.pop(id(model), None)
+    if cap is not None:
+        cap.stop()
+
+
+def watched() -> list[Capture]:
+    """The captures started by :func:`watch` that are still running."""
+    return list(_WATCHED.values())

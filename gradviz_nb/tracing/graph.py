@@ -1,0 +1,82 @@
+"""``AutogradGraph``: the traced autograd DAG as a NetworkX graph of plain data."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import networkx as nx
+
+
+class AutogradGraph:
+    """The autograd graph behind one or more roots, as plain data in :attr:`nx`.
+
+    Edges run in forward data-flow direction (``u -> v`` when ``v`` consumed a tensor ``u`` made);
+    gradients flow against them. Node attributes: ``kind`` (``"op"``, ``"leaf"``, ``"root"``), ``op``,
+    ``label``, ``module``, ``call``, ``name``, ``names``, ``shape``, ``dtype``, ``requires_grad``,
+    ``seq``, ``saved``. Edge attributes: ``output_nr``, ``input_nr``, ``shape``, and ``slots``: every
+    ``[output_nr, input_nr]`` pair the edge carries (``x * x`` or two chunks of one node feeding one
+    consumer give one edge with two slots). Graph attributes:
+    ``modules`` (path -> type and parameter names), ``calls`` (module calls, parents first),
+    ``roots``, ``torch_version``, ``captured``, ``notes``.
+
+    Example::
+
+        g = gv.trace(loss, model=model)
+        g.leaves()            # {"fc1.weight": "n7", ...}
+        g.nx.nodes["n0"]      # {"kind": "op", "op": "SumBackward0", ...}
+    """
+
+    def __init__(self, graph: nx.DiGraph) -> None:
+        self.nx = graph
+
+    @property
+    def roots(self) -> list[str]:
+        """Ids of the root nodes (the tensors traced from), in the order given."""
+        return list(self.nx.graph["roots"])
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Module calls that hold nodes of this graph (id, path, type, parent, index, size)."""
+        return list(self.nx.graph["calls"])
+
+    @property
+    def notes(self) -> list[str]:
+        """Plain-text notes for the user (e.g. how to get module boxes)."""
+        return list(self.nx.graph["notes"])
+
+    def nodes_of(self, kind: str) -> Iterator[str]:
+        return (n for n, k in self.nx.nodes(data="kind") if k == kind)
+
+    def leaves(self) -> dict[str, str]:
+        """Every leaf name -> node id (a tied weight appears under each of its names)."""
+        return {name: n for n in self.nodes_of("leaf") for name in self.nx.nodes[n]["names"]}
+
+    def find(self, name: str) -> str:
+        """Node id of a leaf name or a node id; raises ``KeyError`` with close matches otherwise."""
+        if name in self.nx:
+            return name
+        leaves = self.leaves()
+        if name in leaves:
+            return leaves[name]
+        close = [n for n in leaves if name in n][:5]
+        raise KeyError(f"no node or leaf named {name!r}" + (f"; did you mean {close}?" if close else ""))
+
+    def summary(self) -> str:
+        """One line per kind and the most common ops, for a quick look."""
+        kinds = Counter(k for _, k in self.nx.nodes(data="kind"))
+        ops = Counter(d["op"] for _, d in self.nx.nodes(data=True) if d["kind"] == "op")
+        top = ", ".join(f"{op} x{n}" for op, n in ops.most_common(5))
+        lines = [
+            f"AutogradGraph: {kinds['op']} ops, {kinds['leaf']} leaves, {kinds['root']} roots, "
+            f"{self.nx.number_of_edges()} edges, {len(self.calls)} module calls",
+            f"most common ops: {top}" if top else "no ops",
+        ]
+        return "\n".join(lines + self.notes)
+
+    def __repr__(self) -> str:
+        return self.summary().splitlines()[0]
+
+    def __len__(self) -> int:
+        return int(self.nx.number_of_nodes())

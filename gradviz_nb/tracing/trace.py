@@ -1,0 +1,260 @@
+"""``trace``: turn the autograd graph behind tensors into an :class:`AutogradGraph`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import networkx as nx
+import torch
+from torch import nn
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.capture import Attribution, Capture, ModuleCall, watched
+from gradviz_nb.tracing.graph import AutogradGraph
+from gradviz_nb.tracing.walk import RawNode, short_op, walk
+
+NO_CAPTURE_NOTE = (
+    "No module boxes: this graph was traced without module capture. Run the forward inside "
+    "`with gv.capture(model) as cap:` and pass `capture=cap`, or call `gv.watch(model)` before the forward."
+)
+COMPILED_NOTE = (
+    "This graph comes from torch.compile: each compiled region is one opaque node "
+    "(CompiledFunctionBackward). Trace the eager (uncompiled) model to see its operations."
+)
+
+
+def trace(
+    roots: torch.Tensor | Sequence[torch.Tensor],
+    model: nn.Module | None = None,
+    capture: Capture | None = None,
+    names: Mapping[str, torch.Tensor] | None = None,
+) -> AutogradGraph:
+    """Trace the autograd graph behind ``roots`` into an :class:`AutogradGraph`.
+
+    ``model`` names parameter leaves (a tied weight gets all its names); ``names`` names other
+    tensors (``{"x": x}``); ``capture`` (from :func:`gv.capture`) groups nodes by module call. Without
+    ``capture``, models registered with :func:`gv.watch` are used. No autograd node is kept alive.
+
+    Example::
+
+        with gv.capture(model) as cap:
+            loss = model(x).sum()
+        g = gv.trace(loss, model=model, capture=cap)
+    """
+    tensors = _check_roots(roots, model)
+    captures = [capture] if capture is not None else watched()
+    if model is None and capture is None:
+        model = next((c.model for c in captures), None)
+    edges = [torch.autograd.graph.get_gradient_edge(t) for t in tensors]
+    raw, keys = walk([e.node for e in edges])
+    root_edges = [(keys[e.node], int(e.output_nr)) for e in edges]
+    del edges, keys  # drop every autograd Node reference
+    leaf_names = _leaf_names(raw, model, names)
+    graph = _build(raw, root_edges, tensors, leaf_names, [c for cap in captures for c in cap.calls])
+    graph.graph["modules"] = _module_tree(model)
+    graph.graph["torch_version"] = torch.__version__
+    graph.graph["captured"] = bool(graph.graph["calls"])
+    notes = [] if graph.graph["captured"] else [_no_boxes_note(captures)]
+    if any(r.op == "CompiledFunctionBackward" for r in raw):
+        notes.append(COMPILED_NOTE)
+    graph.graph["notes"] = notes
+    return AutogradGraph(graph)
+
+
+def _check_roots(roots: Any, model: nn.Module | None) -> list[torch.Tensor]:
+    tensors = [roots] if isinstance(roots, torch.Tensor) else roots
+    if not isinstance(tensors, (list, tuple)):
+        raise GradvizError(
+            f"expected a tensor or a list of tensors (e.g. the loss), got {type(roots).__name__}."
+        )
+    if not tensors:
+        raise GradvizError("got an empty list: pass at least one tensor (e.g. the loss) to trace.")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise GradvizError(f"root {i} is a {type(t).__name__}, not a tensor: pass the loss tensor.")
+        if t.grad_fn is None and not t.requires_grad:
+            raise GradvizError(_why_no_graph(t, model, i if len(tensors) > 1 else None))
+    return list(tensors)
+
+
+def _why_no_graph(t: torch.Tensor, model: nn.Module | None, index: int | None) -> str:
+    what = "the tensor" if index is None else f"root {index}"
+    head = f"{what} has no autograd graph (grad_fn is None and requires_grad is False), so there is nothing to draw."
+    if torch.is_inference(t):
+        why = "It was made under torch.inference_mode(); compute it outside inference_mode."
+    elif not torch.is_grad_enabled():
+        why = "Gradients are disabled here (inside torch.no_grad()?); compute the loss with grad enabled."
+    elif model is not None and not any(p.requires_grad for p in model.parameters()):
+        why = "None of the model's parameters require grad; set requires_grad=True on what should learn."
+    else:
+        why = (
+            "Likely causes: it was computed under torch.no_grad() or inference_mode, none of its inputs "
+            "require grad, or it was detached (.detach(), .data, .item()/.numpy() round trips). "
+            "Compute it from parameters or inputs with requires_grad=True, with grad enabled."
+        )
+    return f"{head} {why}"
+
+
+def _leaf_names(
+    raw: list[RawNode], model: nn.Module | None, names: Mapping[str, torch.Tensor] | None
+) -> dict[int, list[str]]:
+    by_tensor: dict[int, list[str]] = {}
+    if model is not None:
+        for name, p in model.named_parameters(remove_duplicate=False):
+            by_tensor.setdefault(id(p), []).append(name)
+    for name, t in (names or {}).items():
+        by_tensor.setdefault(id(t), []).append(name)
+    found = {}
+    for r in raw:
+        if r.leaf is not None:
+            found[r.key] = by_tensor.get(id(r.leaf), [])
+            r.leaf = None  # do not keep the user's tensors alive through the graph
+    return found
+
+
+def _build(
+    raw: list[RawNode],
+    root_edges: list[tuple[int, int]],
+    tensors: list[torch.Tensor],
+    leaf_names: dict[int, list[str]],
+    calls: list[ModuleCall],
+) -> nx.DiGraph:
+    g = nx.DiGraph()
+    attribution = Attribution(calls)
+    call_of = {r.key: _box(attribution.call_of(r.seq, r.op)) for r in raw if r.key not in leaf_names}
+    consumers: dict[int, list[ModuleCall | None]] = {}
+    for r in raw:
+        for producer, _ in r.inputs:
+            if producer in leaf_names:
+                consumers.setdefault(producer, []).append(call_of[r.key])
+    for r in raw:
+        shape, dtype = r.outputs[0] if r.outputs else (None, "")
+        if r.key in leaf_names:
+            call = _common_ancestor(consumers.get(r.key, []))
+            g.add_node(f"n{r.key}", **_leaf_attrs(r, leaf_names[r.key], shape, dtype), _call=call)
+        else:
+            g.add_node(f"n{r.key}", **_op_attrs(r, shape, dtype), _call=call_of[r.key])
+    for r in raw:
+        for input_nr, (producer, output_nr) in enumerate(r.inputs):
+            if producer >= 0:
+                _add_slot(g, raw[producer], f"n{r.key}", output_nr, input_nr)
+    for i, ((producer, output_nr), t) in enumerate(zip(root_edges, tensors)):
+        root = f"root{i}"
+        g.add_node(root, kind="root", op="", label=f"output {i}" if len(tensors) > 1 else "output",
+                   module="", call="", name="", names=[], shape=list(t.shape),
+                   dtype=str(t.dtype).removeprefix("torch."), requires_grad=True, seq=-1, saved=[])
+        g.add_edge(f"n{producer}", root, output_nr=output_nr, input_nr=0, shape=list(t.shape),
+                   slots=[[output_nr, 0]])
+    g.graph["roots"] = [f"root{i}" for i in range(len(tensors))]
+    _name_calls(g)
+    return g
+
+
+def _add_slot(g: nx.DiGraph, producer: RawNode, target: str, output_nr: int, input_nr: int) -> None:
+    """One edge per (producer, consumer) pair; ``slots`` lists every (output_nr, input_nr) it carries.
+
+    ``x * x`` feeds one tensor into two inputs, and ``a, b = t.chunk(2); a * b`` two outputs of
+    one node into one consumer: a DiGraph has one edge for each, so the edge keeps all its slots.
+    ``output_nr``/``input_nr`` are those of the first slot.
+    """
+    source = f"n{producer.key}"
+    if g.has_edge(source, target):
+        g.edges[source, target]["slots"].append([output_nr, input_nr])
+        return
+    out = producer.outputs
+    shape = out[output_nr][0] if output_nr < len(out) else None
+    g.add_edge(source, target, output_nr=output_nr, input_nr=input_nr, shape=shape, slots=[[output_nr, input_nr]])
+
+
+def _box(call: ModuleCall | None) -> ModuleCall | None:
+    """Calls of the top-level model (path "") are the canvas itself, not a box."""
+    while call is not None and call.path == "":
+        call = call.parent
+    return call
+
+
+def _chain(call: ModuleCall | None) -> list[ModuleCall]:
+    chain = []
+    while call is not None:
+        chain.append(call)
+        call = _box(call.parent)
+    return chain[::-1]  # outermost first
+
+
+def _common_ancestor(calls: list[ModuleCall | None]) -> ModuleCall | None:
+    """Deepest call holding all of ``calls``: where a leaf used by several calls is drawn."""
+    if not calls:
+        return None
+    common = _chain(calls[0])
+    for call in calls[1:]:
+        chain = _chain(call)
+        n = 0
+        while n < min(len(common), len(chain)) and common[n] is chain[n]:
+            n += 1
+        common = common[:n]
+    return common[-1] if common else None
+
+
+def _op_attrs(r: RawNode, shape: list[int] | None, dtype: str) -> dict[str, Any]:
+    saved = [dict(s, shape=shape, dtype=dtype) if s["name"] == "result" else s for s in r.saved]
+    return dict(kind="op", op=r.op, label=short_op(r.op), name="", names=[], shape=shape, dtype=dtype,
+                requires_grad=True, seq=r.seq, saved=saved)
+
+
+def _leaf_attrs(r: RawNode, names: list[str], shape: list[int] | None, dtype: str) -> dict[str, Any]:
+    shape_text = "×".join(map(str, shape)) if shape else "scalar"
+    module = names[0].rpartition(".")[0] if names else ""
+    label = names[0] if names else f"tensor {shape_text}"
+    return dict(kind="leaf", op=r.op, label=label, module=module, name=names[0] if names else "",
+                names=names, shape=shape, dtype=dtype, requires_grad=True, seq=-1, saved=[])
+
+
+def _name_calls(g: nx.DiGraph) -> None:
+    """Give the calls this graph uses stable ids ("blocks.0", "blocks.0 (call 2)") and sizes."""
+    used: dict[int, ModuleCall] = {}
+    for _, call in g.nodes(data="_call"):
+        for c in _chain(call):
+            used[id(c)] = c
+    ordered = sorted(used.values(), key=lambda c: (c.start, -c.end))
+    ids: dict[int, str] = {}
+    index: dict[int, int] = {}
+    seen: dict[str, int] = {}
+    for c in ordered:
+        seen[c.path] = index[id(c)] = seen.get(c.path, 0) + 1
+        ids[id(c)] = c.path if index[id(c)] == 1 else f"{c.path} (call {index[id(c)]})"
+    size = dict.fromkeys(ids.values(), 0)
+    for n, call in list(g.nodes(data="_call")):
+        attrs = g.nodes[n]
+        attrs.pop("_call", None)
+        if attrs["kind"] == "root":
+            continue
+        attrs["call"] = ids[id(call)] if call is not None else ""
+        if attrs["kind"] == "op":
+            attrs["module"] = call.path if call is not None else ""
+        for c in _chain(call):
+            size[ids[id(c)]] += 1
+    g.graph["calls"] = [
+        {"id": ids[id(c)], "path": c.path, "type": c.type, "index": index[id(c)],
+         "parent": ids[id(p)] if (p := _box(c.parent)) is not None else "", "size": size[ids[id(c)]]}
+        for c in ordered
+    ]
+
+
+def _module_tree(model: nn.Module | None) -> dict[str, dict[str, Any]]:
+    if model is None:
+        return {}
+    return {
+        path: {"type": type(m).__name__, "parameters": [f"{path}.{n}" if path else n for n, _ in
+                                                         m.named_parameters(recurse=False)]}
+        for path, m in model.named_modules()
+    }
+
+
+def _no_boxes_note(captures: list[Capture]) -> str:
+    if any(c.calls for c in captures):
+        return (
+            "No module boxes: the capture recorded module calls, but none of this graph's nodes were made "
+            "inside them. Compute the loss inside the `with gv.capture(model)` block you pass."
+        )
+    return NO_CAPTURE_NOTE

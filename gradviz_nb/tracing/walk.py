@@ -1,0 +1,101 @@
+"""Walk ``grad_fn`` graphs and copy plain data out; no autograd Node outlives the walk."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+_NO_SAVED: tuple[str, ...] = ()
+
+
+@dataclass
+class RawNode:
+    """What the walk learned about one autograd node (or a root tensor), as plain Python data."""
+
+    key: int  # position in walk order
+    op: str
+    seq: int
+    outputs: list[tuple[list[int] | None, str]]  # (shape, dtype) per output, from input metadata
+    inputs: list[tuple[int, int]] = field(default_factory=list)  # (producer key, output_nr) per input
+    leaf: torch.Tensor | None = None  # the leaf tensor for AccumulateGrad, dropped after naming
+    saved: list[dict[str, Any]] = field(default_factory=list)
+
+
+def op_name(node: Any) -> str:
+    return str(node.name()).removeprefix("torch::autograd::")
+
+
+def short_op(op: str) -> str:
+    """``"AddmmBackward0"`` -> ``"Addmm"``: the forward op a backward node undoes."""
+    return _BACKWARD_SUFFIX.sub("", op) or op
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _outputs_of(node: Any) -> list[tuple[list[int] | None, str]]:
+    try:
+        return [(list(m.shape), _dtype_name(m.dtype)) for m in node._input_metadata]
+    except (AttributeError, RuntimeError):  # older torch or a node without metadata
+        return []
+
+
+_saved_names_by_op: dict[str, tuple[str, ...]] = {}
+
+
+def _saved_of(node: Any, op: str) -> list[dict[str, Any]]:
+    """Names of tensors saved for backward (read as raw handles: nothing is unpacked or recomputed)."""
+    names = _saved_names_by_op.get(op)
+    if names is None:
+        names = tuple(a.removeprefix("_raw_saved_") for a in dir(node) if a.startswith("_raw_saved_"))
+        _saved_names_by_op[op] = names or _NO_SAVED
+    saved = []
+    for name in names:
+        sizes = getattr(node, f"_saved_{name}_sym_sizes", None)
+        shape = [int(s) for s in sizes] if isinstance(sizes, (tuple, list)) else None
+        saved.append({"name": name, "shape": shape, "dtype": ""})
+    return saved
+
+
+def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
+    """Visit every node reachable from ``root_fns`` (grad_fn objects); returns nodes in visit order.
+
+    The second value maps each visited autograd Node to its key; callers must drop it (it pins the
+    graph's saved activations).
+    """
+    keys: dict[Any, int] = {}
+    nodes: list[RawNode] = []
+    stack = [fn for fn in root_fns if fn is not None]
+    for fn in stack:
+        if fn not in keys:
+            keys[fn] = -1
+    order: list[Any] = []
+    while stack:  # iterative DFS: deep graphs (thousands of layers) must not hit the recursion limit
+        fn = stack.pop()
+        if keys[fn] >= 0:
+            continue
+        keys[fn] = len(order)
+        order.append(fn)
+        for nxt, _ in fn.next_functions:
+            if nxt is not None and nxt not in keys:
+                keys[nxt] = -1
+                stack.append(nxt)
+    for fn in order:
+        op = op_name(fn)
+        raw = RawNode(
+            key=keys[fn],
+            op=op,
+            seq=int(fn._sequence_nr()),
+            outputs=_outputs_of(fn),
+            inputs=[(keys[n], nr) if n is not None else (-1, nr) for n, nr in fn.next_functions],
+            saved=_saved_of(fn, op),
+        )
+        if op == "AccumulateGrad":
+            raw.leaf = fn.variable
+        nodes.append(raw)
+    return nodes, keys

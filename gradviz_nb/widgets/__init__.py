@@ -1,0 +1,1 @@
+"""Front ends: anywidget canvas, ipywidgets and Bokeh panels. Know the data model, not tracing."""
