@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One command runs every check and every test:
+#   bash scripts/test.sh [extra pytest args]
+# JS unit tests, ruff, mypy, then pytest (unit, property, notebooks, browser end-to-end).
+# Browser tests need /usr/bin/chromium. Without it they are skipped with a reason, except under CI=true,
+# where a missing browser fails the run. Every step runs; the exit code is non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+  echo "error: no .venv here; run: bash scripts/setup.sh" >&2
+  exit 2
+fi
+VBIN="$PWD/.venv/bin"
+export PATH="$VBIN:$PATH"
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+fmt_ms() { printf '%d.%d s' $(( $1 / 1000 )) $(( ($1 % 1000) / 100 )); }
+failed=()
+summary=()
+run() {  # run NAME CMD...: run a step, record its result and time, keep going
+  local name="$1"; shift
+  printf '\n==> %s: %s\n' "$name" "$*"
+  local t0; t0=$(now_ms)
+  if "$@"; then
+    summary+=("ok    $(fmt_ms $(( $(now_ms) - t0 )))  $name")
+  else
+    summary+=("FAIL  $(fmt_ms $(( $(now_ms) - t0 )))  $name")
+    failed+=("$name")
+  fi
+}
+
+if [ -f js/package.json ]; then
+  if command -v npm >/dev/null 2>&1; then
+    run "js tests" npm --prefix js test
+  else
+    echo "error: js/package.json exists but npm is missing" >&2
+    failed+=("js tests (npm missing)")
+  fi
+fi
+
+lint_paths=()
+for d in gradviz_nb tests benchmarks; do [ -e "$d" ] && lint_paths+=("$d"); done
+run "ruff" "$VBIN/ruff" check "${lint_paths[@]}"
+
+if [ -f mypy.ini ] || grep -q '^\[tool\.mypy\]' pyproject.toml 2>/dev/null \
+   || grep -q '^\[mypy\]' setup.cfg 2>/dev/null; then
+  run "mypy" "$VBIN/mypy" gradviz_nb
+else
+  echo; echo "==> mypy: not configured (no [tool.mypy] in pyproject.toml), skipped"
+fi
+
+run "pytest" "$VBIN/python" -m pytest "$@"
+
+printf '\n==> summary\n'
+printf '    %s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  printf '\nFAILED: %s\n' "${failed[*]}"
+  exit 1
+fi
+echo; echo "all checks passed"

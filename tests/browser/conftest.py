@@ -1,0 +1,97 @@
+"""Fixtures for end-to-end tests in a real JupyterLab with headless Chromium.
+
+Browser tests are skipped (with the reason) when the browser is missing, unless CI is set: in CI a
+missing browser is a failure, so a broken image cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .jupyterlab import CHROMIUM, CHROMIUM_ARGS, ConsoleLog, JupyterLabServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def _require_chromium() -> None:
+    if Path(CHROMIUM).exists():
+        return
+    msg = f"headless Chromium not found at {CHROMIUM} (install: apt-get install -y chromium)"
+    if _in_ci():
+        pytest.fail(f"CI is set and {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabServer]:
+    _require_chromium()
+    server = JupyterLabServer(tmp_path_factory.mktemp("jupyterlab"))
+    server.start()
+    print(f"\njupyterlab ready at {server.url} in {server.startup_seconds:.1f} s")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[object]:
+    _require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def lab_page(chromium, jupyterlab: JupyterLabServer):  # type: ignore[no-untyped-def]
+    """A fresh page (own browser context) plus its console log; kernels are shut down afterwards."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    console = ConsoleLog()
+    console.attach(page)
+    page.console_log = console  # type: ignore[attr-defined]
+    try:
+        yield page
+    finally:
+        context.close()
+        jupyterlab.shutdown_sessions()
+
+
+@pytest.fixture
+def screenshot_dir() -> Path:
+    """build/screenshots: kept after the run so a person can look at what the test saw."""
+    d = REPO / "build" / "screenshots"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.fixture
+def stopwatch() -> Iterator[dict[str, float]]:
+    """Named timings a test records; printed at the end (visible with -s or in -rA)."""
+    marks: dict[str, float] = {}
+    t0 = time.monotonic()
+    yield marks
+    marks["total"] = time.monotonic() - t0
+    print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in marks.items()))

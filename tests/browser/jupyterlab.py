@@ -1,0 +1,361 @@
+"""A real JupyterLab server and a Playwright page driving it, for end-to-end widget tests.
+
+`JupyterLabServer` starts `python -m jupyter lab` in its own process group, with its own config,
+user-data, runtime, IPython, settings and workspaces folders under a temp dir, so nothing from the
+user's home leaks in (or out). Installed lab extensions (anywidget, ipywidgets) are still found: they
+live in `sys.prefix/share/jupyter`, which stays on the data path.
+
+`LabNotebook` opens one notebook in a page and runs its cells the way a person would (Shift+Enter),
+with the waits that made it reliable on a 2-core machine: the kernel must be idle with a websocket
+connected before the first key press, and each cell must show an `[n]:` prompt afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import ConsoleMessage, Error, Page
+
+CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+# User settings written before the server starts. `windowingMode: none` keeps off-screen cells in
+# the DOM (the default windowing virtualises them away); news and update checks would try the network.
+LAB_SETTINGS: dict[str, dict[str, Any]] = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+        "doNotDisturbMode": True,
+    },
+}
+
+# Console messages that JupyterLab itself prints in a clean, offline, headless session. Each one is
+# matched narrowly and explained; anything else on the console fails the test.
+BENIGN_CONSOLE_ERRORS: list[tuple[re.Pattern[str], str]] = [
+    # The lab page asks the server for a favicon variant / translations it does not serve.
+    (re.compile(r"Failed to load resource: the server responded with a status of 404"), "404 on"
+     " optional resources (favicon variants, language packs)"),
+    # Kernel websocket reconnect chatter when a kernel is shut down at the end of a test.
+    (re.compile(r"WebSocket connection to 'ws://127\.0\.0\.1:\d+/api/kernels/.*' failed"),
+     "kernel websocket closed during teardown"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class JupyterLabServer:
+    """`python -m jupyter lab` on a free port, isolated under `base`; stop() kills its process group."""
+
+    def __init__(self, base: Path, python: str = sys.executable) -> None:
+        self.base = base
+        self.python = python
+        self.root = base / "notebooks"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = base / "jupyterlab.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_seconds = 0.0
+
+    # --- process -----------------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for var, sub in [
+            ("JUPYTER_CONFIG_DIR", "config"),
+            ("JUPYTER_DATA_DIR", "data"),  # the *user* data dir only; sys.prefix/share/jupyter stays
+            ("JUPYTER_RUNTIME_DIR", "runtime"),
+            ("IPYTHONDIR", "ipython"),
+        ]:
+            (self.base / sub).mkdir(parents=True, exist_ok=True)
+            env[var] = str(self.base / sub)
+        # The venv's share/jupyter first: its python3 kernelspec and lab extensions win over any
+        # stray system-wide ones.
+        env["JUPYTER_PATH"] = str(Path(sys.prefix) / "share" / "jupyter")
+        env["JUPYTER_PLATFORM_DIRS"] = "1"
+        env.pop("JUPYTER_TOKEN", None)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _write_settings(self) -> Path:
+        settings = self.base / "lab-user-settings"
+        for rel, content in LAB_SETTINGS.items():
+            path = settings / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(content, indent=2))
+        return settings
+
+    def start(self, timeout: float = 90.0) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        settings = self._write_settings()
+        workspaces = self.base / "lab-workspaces"
+        workspaces.mkdir(exist_ok=True)
+        cmd = [
+            self.python, "-m", "jupyter", "lab",
+            "--no-browser", "--ip", "127.0.0.1", "--port", str(self.port),
+            "--ServerApp.port_retries=0",
+            "--ServerApp.token=", "--ServerApp.password=",
+            "--ServerApp.disable_check_xsrf=True",
+            "--allow-root",
+            f"--ServerApp.root_dir={self.root}",
+            f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={workspaces}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--expose-app-in-browser",
+        ]
+        t0 = time.monotonic()
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            cmd, env=self._env(), cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                self.get("/api/status")
+                self.startup_seconds = time.monotonic() - t0
+                return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"jupyter lab not ready after {timeout} s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        pgid = self.proc.pid  # start_new_session: the server leads its own process group
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    # --- REST ---------------------------------------------------------------------------------
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+            return json.loads(r.read() or b"null")
+
+    def delete(self, path: str) -> None:
+        req = urllib.request.Request(self.url + path, method="DELETE")
+        with urllib.request.urlopen(req, timeout=30):
+            pass
+
+    def shutdown_sessions(self) -> None:
+        """End every kernel session, so the next test starts from a quiet server."""
+        for s in self.get("/api/sessions"):
+            try:
+                self.delete(f"/api/sessions/{s['id']}")
+            except urllib.error.HTTPError:
+                pass
+
+    # --- notebooks ----------------------------------------------------------------------------
+    def write_notebook(self, name: str, cells: Iterable[str]) -> str:
+        """Write a code-only notebook under the server root; returns its path relative to the root."""
+        nb = {
+            "nbformat": 4,
+            "nbformat_minor": 5,
+            "metadata": {
+                "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                "language_info": {"name": "python"},
+            },
+            "cells": [
+                {"cell_type": "code", "id": f"cell-{i}", "metadata": {}, "source": src,
+                 "outputs": [], "execution_count": None}
+                for i, src in enumerate(cells)
+            ],
+        }
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(nb, indent=1))
+        return name
+
+
+@dataclass
+class ConsoleLog:
+    """Console errors and uncaught page exceptions, minus the documented benign ones."""
+
+    errors: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+    def attach(self, page: Page) -> None:
+        page.on("console", self._on_console)
+        page.on("pageerror", lambda exc: self.errors.append(f"pageerror: {exc}"))
+
+    def _on_console(self, msg: ConsoleMessage) -> None:
+        if msg.type != "error":
+            return
+        text = msg.text
+        if any(p.search(text) for p, _why in BENIGN_CONSOLE_ERRORS):
+            self.ignored.append(text)
+        else:
+            self.errors.append(f"console.error: {text}")
+
+
+PROMPT_DONE = re.compile(r"^\[(\d+)\]:?$")
+
+
+class LabNotebook:
+    """One notebook open in a JupyterLab page."""
+
+    def __init__(self, server: JupyterLabServer, page: Page, path: str) -> None:
+        self.server = server
+        self.page = page
+        self.path = path
+
+    # --- open and wait for the kernel ---------------------------------------------------------
+    def open(self, timeout: float = 60.0) -> LabNotebook:
+        # `?reset` drops the saved workspace, so tabs from earlier tests do not reopen.
+        self.page.goto(f"{self.server.url}/lab/tree/{self.path}?reset", timeout=timeout * 1000)
+        self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(
+            timeout=timeout * 1000
+        )
+        self.wait_kernel_ready(timeout)
+        return self
+
+    def kernel_id(self) -> str | None:
+        for s in self.server.get("/api/sessions"):
+            if s.get("path") == self.path and s.get("kernel"):
+                return str(s["kernel"]["id"])
+        return None
+
+    def wait_kernel_ready(self, timeout: float = 60.0) -> None:
+        """Poll until this notebook's kernel is idle with a websocket attached.
+
+        Keys pressed before the page's websocket is connected can be lost. `/api/kernels` may
+        answer 500 while a kernel is still starting; that just means "not yet".
+        """
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                kid = self.kernel_id()
+                if kid:
+                    k = self.server.get(f"/api/kernels/{kid}")
+                    last = k
+                    if k.get("execution_state") == "idle" and k.get("connections", 0) >= 1:
+                        # The page's own status indicator too, when it shows one.
+                        self._wait_page_kernel_idle(deadline)
+                        return
+            except (urllib.error.HTTPError, urllib.error.URLError, ConnectionError) as e:
+                last = e
+            time.sleep(0.25)
+        raise TimeoutError(f"kernel for {self.path} not ready after {timeout} s; last: {last}")
+
+    def _wait_page_kernel_idle(self, deadline: float) -> None:
+        js = """() => {
+            const app = window.jupyterapp;
+            const w = app && app.shell.currentWidget;
+            const k = w && w.sessionContext && w.sessionContext.session &&
+                      w.sessionContext.session.kernel;
+            return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
+        }"""
+        while time.monotonic() < deadline:
+            if self.page.evaluate(js):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the page never saw its kernel connected and idle")
+
+    # --- cells --------------------------------------------------------------------------------
+    def cell(self, index: int):  # -> Locator
+        return self.page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell").nth(index)
+
+    def cell_count(self) -> int:
+        return self.page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell").count()
+
+    def prompt(self, index: int) -> str:
+        return (self.cell(index).locator(".jp-InputPrompt").first.inner_text() or "").strip()
+
+    def run_cell(self, index: int, timeout: float = 180.0, attempts: int = 3) -> str:
+        """Shift+Enter on one cell; wait for its `[n]:` prompt; returns the cell's output text.
+
+        A key press can be lost while the kernel connects: if the prompt is still blank (not `[*]`)
+        a few seconds later, press again. Raises if the output holds a Python traceback.
+        """
+        for attempt in range(attempts):
+            before = self.prompt(index)
+            editor = self.cell(index).locator(".jp-InputArea-editor").first
+            editor.click()
+            self.page.keyboard.press("Shift+Enter")
+            if self._wait_prompt_changed(index, before, timeout, grace=5.0 + 5.0 * attempt):
+                break
+        else:
+            raise TimeoutError(f"cell {index} never ran (prompt {self.prompt(index)!r})")
+        text = self.output_text(index)
+        if "Traceback (most recent call last)" in text or re.search(r"^\w+Error\b", text, re.M):
+            raise AssertionError(f"cell {index} raised:\n{text}")
+        return text
+
+    def _wait_prompt_changed(self, index: int, before: str, timeout: float, grace: float) -> bool:
+        """True once the cell shows a finished `[n]` different from `before`.
+
+        False if it never even started (`[*]`) within `grace` seconds: the key press was lost.
+        """
+        t0 = time.monotonic()
+        started = False
+        while time.monotonic() - t0 < timeout:
+            p = self.prompt(index)
+            if "*" in p:
+                started = True
+            elif PROMPT_DONE.match(p) and p != before:
+                return True
+            if not started and time.monotonic() - t0 > grace:
+                return False
+            time.sleep(0.1)
+        raise TimeoutError(f"cell {index} still running after {timeout} s (prompt {p!r})")
+
+    def run_all(self, timeout: float = 300.0) -> list[str]:
+        return [self.run_cell(i, timeout=timeout) for i in range(self.cell_count())]
+
+    def output_text(self, index: int) -> str:
+        out = self.cell(index).locator(".jp-OutputArea")
+        return out.first.inner_text() if out.count() else ""
+
+    def wait_in_output(self, index: int, selector: str, timeout: float = 60.0):  # -> Locator
+        loc = self.cell(index).locator(".jp-OutputArea").locator(selector).first
+        loc.wait_for(state="visible", timeout=timeout * 1000)
+        return loc
+
+    def poll(self, fn: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+        """Call fn until it returns something truthy."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = fn()
+            except Error as e:  # a page evaluate racing a re-render
+                last = e
+            if last and not isinstance(last, Exception):
+                return last
+            time.sleep(0.1)
+        raise TimeoutError(f"{what} not met after {timeout} s; last: {last!r}")
