@@ -1,0 +1,319 @@
+"""Trace-time benchmark: gradviz_nb against torchviz and torchview, in one run on one machine.
+
+Run from the repository root::
+
+    python benchmarks/bench_trace.py            # GPT-2 124M (batch 1, seq 64) and ResNet18Like
+    python benchmarks/bench_trace.py --quick    # tiny GPT-2 and a narrow ResNet: a smoke test
+
+For each model it times (median of ``--repeats`` runs, ``time.perf_counter``, GC off while timing):
+
+(a) ``gv.trace(loss, model=model)``                 walk the autograd graph into NetworkX
+(b) ``gv.trace(loss, model=model, capture=cap)``    the same, plus module attribution
+(c) torchviz ``make_dot(loss, params=...)``         build the graphviz Digraph only (no render)
+(c') the same with ``show_attrs=True, show_saved=True``
+(d) torchview ``draw_graph(model, input)``          builds its own graph by running a forward
+(e) a plain forward (+ loss) against the same forward inside ``with gv.capture(model) as cap:``
+
+and prints a table and the ratios trace/make_dot and capture_forward/plain_forward. Rows whose
+library is missing are reported as skipped, with the reason, so the script always finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from gradviz_nb.demo_models import GPT2, GPT2Config, ResNet18Like
+
+
+@dataclass
+class Timing:
+    """Result of timing one callable: median and minimum in seconds, or why it was skipped."""
+
+    label: str
+    median: float | None = None
+    best: float | None = None
+    repeats: int = 0
+    note: str = ""
+
+
+def time_it(fn: Callable[[], object], repeats: int, warmup: int = 1) -> tuple[float, float]:
+    """Median and minimum wall time of ``fn()`` over ``repeats`` calls, after ``warmup`` calls.
+
+    The garbage collector is off during each call (as in ``timeit``) and collects between calls,
+    so one cycle collection does not land on a random repeat.
+    """
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    for _ in range(repeats):
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        finally:
+            gc.enable()
+    return statistics.median(times), min(times)
+
+
+def time_pair(
+    fn_a: Callable[[], object], fn_b: Callable[[], object], repeats: int
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Time two callables interleaved (a, b, a, b, ...) so drift on the machine hits both alike."""
+    fn_a()
+    fn_b()
+    ta: list[float] = []
+    tb: list[float] = []
+    for _ in range(repeats):
+        for fn, out in ((fn_a, ta), (fn_b, tb)):
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
+            finally:
+                gc.enable()
+    return (statistics.median(ta), min(ta)), (statistics.median(tb), min(tb))
+
+
+def load_gradviz() -> tuple[Any, str]:
+    """Import gradviz_nb, or return ``(None, reason)`` when its tracing API is not usable yet."""
+    try:
+        import gradviz_nb as gv
+    except Exception as exc:  # a broken import in a package under development
+        return None, f"import gradviz_nb failed: {type(exc).__name__}: {exc}"
+    missing = [name for name in ("trace", "capture") if not hasattr(gv, name)]
+    if missing:
+        return None, f"gradviz_nb has no {', '.join(missing)} yet"
+    return gv, ""
+
+
+@dataclass
+class Case:
+    """One model to benchmark: how to run it to a scalar loss, and an input for torchview."""
+
+    name: str
+    model: nn.Module
+    loss_fn: Callable[[], Tensor]
+    torchview_input: Tensor
+
+
+def gpt2_case(quick: bool, seq: int) -> Case:
+    """GPT-2 124M (or the tiny test config), batch 1, fixed random tokens."""
+    torch.manual_seed(0)
+    cfg = GPT2Config.small_test() if quick else GPT2Config()
+    seq = min(seq, cfg.block_size)
+    model = GPT2(cfg)
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, cfg.vocab, (1, seq), generator=gen)
+    targets = torch.randint(0, cfg.vocab, (1, seq), generator=gen)
+
+    def loss_fn() -> Tensor:
+        _, loss = model(idx, targets)
+        assert isinstance(loss, Tensor)
+        return loss
+
+    label = "GPT-2 tiny" if quick else f"GPT-2 124M (1x{seq})"
+    return Case(label, model, loss_fn, idx)
+
+
+def resnet_case(quick: bool, batch: int, size: int) -> Case:
+    """ResNet18Like in train mode (BatchNorm uses batch statistics), cross-entropy loss."""
+    torch.manual_seed(0)
+    model = ResNet18Like(num_classes=10, width=8 if quick else 64)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 3, size, size, generator=gen)
+    y = torch.randint(0, 10, (batch,), generator=gen)
+
+    def loss_fn() -> Tensor:
+        return F.cross_entropy(model(x), y)
+
+    width = "narrow" if quick else "11M"
+    return Case(f"ResNet18Like {width} ({batch}x3x{size}x{size})", model, loss_fn, x)
+
+
+def bench_case(case: Case, gv: Any, gv_reason: str, repeats: int, fwd_repeats: int) -> list[Timing]:
+    """Time every variant on one model; returns the rows in a fixed order."""
+    rows: list[Timing] = []
+    model = case.model
+    params = dict(model.named_parameters())
+    loss = case.loss_fn()
+    n_autograd = count_autograd_nodes(loss)
+
+    # (a), (b): tracing an existing graph. The same loss is traced each time; tracing must not
+    # consume it (no backward is run).
+    if gv is not None:
+        with gv.capture(model) as cap:
+            cap_loss = case.loss_fn()
+        g = gv.trace(loss, model=model)
+        med, best = time_it(lambda: gv.trace(loss, model=model), repeats)
+        rows.append(Timing("(a) gv.trace", med, best, repeats, f"{g.nx.number_of_nodes()} nx nodes"))
+        gc_ = gv.trace(cap_loss, model=model, capture=cap)
+        ops = [d for _, d in gc_.nx.nodes(data=True) if d.get("kind") == "op"]
+        attributed = sum(1 for d in ops if d.get("module"))
+        med, best = time_it(lambda: gv.trace(cap_loss, model=model, capture=cap), repeats)
+        note = f"{attributed}/{len(ops)} op nodes inside a module"
+        rows.append(Timing("(b) gv.trace + capture", med, best, repeats, note))
+        del g, gc_, cap, cap_loss
+    else:
+        rows.append(Timing("(a) gv.trace", note=f"skipped: {gv_reason}"))
+        rows.append(Timing("(b) gv.trace + capture", note=f"skipped: {gv_reason}"))
+
+    # (c): torchviz, Digraph object only.
+    try:
+        from torchviz import make_dot
+    except ImportError as exc:
+        rows.append(Timing("(c) torchviz make_dot", note=f"skipped: {exc}"))
+        rows.append(Timing("(c') make_dot show_attrs", note=f"skipped: {exc}"))
+    else:
+        dot = make_dot(loss, params=params)
+        n_dot = sum(1 for line in dot.body if "[label=" in line)
+        med, best = time_it(lambda: make_dot(loss, params=params), repeats)
+        rows.append(Timing("(c) torchviz make_dot", med, best, repeats, f"{n_dot} dot nodes"))
+        med, best = time_it(lambda: make_dot(loss, params=params, show_attrs=True, show_saved=True), repeats)
+        rows.append(Timing("(c') make_dot show_attrs", med, best, repeats, "+ saved tensors/attrs"))
+
+    # (d): torchview traces by running the model itself, so its time includes a forward.
+    try:
+        from torchview import draw_graph
+    except ImportError as exc:
+        rows.append(Timing("(d) torchview draw_graph", note=f"skipped: {exc} (pip install torchview)"))
+    else:
+        tv_repeats = max(1, min(repeats, 5))
+        try:
+            med, best = time_it(
+                lambda: draw_graph(model, input_data=case.torchview_input, depth=3), tv_repeats
+            )
+            rows.append(
+                Timing("(d) torchview draw_graph", med, best, tv_repeats, "depth=3, includes a forward")
+            )
+        except Exception as exc:
+            rows.append(Timing("(d) torchview draw_graph", note=f"failed: {type(exc).__name__}: {exc}"))
+
+    # (e): forward overhead of capture, interleaved with plain forwards.
+    def plain() -> None:
+        case.loss_fn()
+
+    if gv is not None:
+
+        def captured() -> None:
+            with gv.capture(model):
+                case.loss_fn()
+
+        (pm, pb), (cm, cb) = time_pair(plain, captured, fwd_repeats)
+        rows.append(Timing("(e) plain forward+loss", pm, pb, fwd_repeats, f"{n_autograd} autograd nodes"))
+        rows.append(Timing("(e) forward in gv.capture", cm, cb, fwd_repeats))
+    else:
+        pm, pb = time_it(plain, fwd_repeats)
+        rows.append(Timing("(e) plain forward+loss", pm, pb, fwd_repeats, f"{n_autograd} autograd nodes"))
+        rows.append(Timing("(e) forward in gv.capture", note=f"skipped: {gv_reason}"))
+    return rows
+
+
+def count_autograd_nodes(root: Tensor) -> int:
+    """Number of distinct autograd nodes reachable from ``root.grad_fn`` (a size reference)."""
+    seen: set[object] = set()
+    stack = [root.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        stack.extend(f for f, _ in fn.next_functions)
+    return len(seen)
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """Milliseconds with sensible precision, or a dash."""
+    if seconds is None:
+        return "-"
+    ms = seconds * 1e3
+    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
+
+
+def ratio(rows: list[Timing], num: str, den: str) -> str:
+    """``num / den`` of two rows' medians, formatted, or ``n/a``."""
+    by_label = {r.label: r for r in rows}
+    a, b = by_label[num].median, by_label[den].median
+    return "n/a" if a is None or b is None else f"{a / b:.2f}x"
+
+
+def print_table(case_name: str, rows: list[Timing]) -> None:
+    """Print one model's rows and the headline ratios as a Markdown table."""
+    print(f"\n### {case_name}\n")
+    print("| variant | median ms | min ms | n | note |")
+    print("|---|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r.label} | {fmt_ms(r.median)} | {fmt_ms(r.best)} | {r.repeats or '-'} | {r.note} |")
+    print()
+    print(f"- trace / make_dot: {ratio(rows, '(a) gv.trace', '(c) torchviz make_dot')}")
+    print(f"- trace+capture / make_dot: {ratio(rows, '(b) gv.trace + capture', '(c) torchviz make_dot')}")
+    print(
+        f"- capture_forward / plain_forward: "
+        f"{ratio(rows, '(e) forward in gv.capture', '(e) plain forward+loss')}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run every case, print the report."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny models, a few repeats (smoke test)")
+    ap.add_argument("--repeats", type=int, default=None, help="repeats of each trace (default 21)")
+    ap.add_argument("--fwd-repeats", type=int, default=None, help="repeats of each forward (default 9)")
+    ap.add_argument("--seq", type=int, default=64, help="GPT-2 sequence length (default 64)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (5 if args.quick else 21)
+    fwd_repeats = args.fwd_repeats or (3 if args.quick else 9)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    gv, gv_reason = load_gradviz()
+    versions = [f"python {platform.python_version()}", f"torch {torch.__version__}"]
+    if gv is not None:
+        versions.append(f"gradviz_nb {getattr(gv, '__version__', '?')}")
+    for dist in ("torchviz", "torchview", "networkx"):
+        try:
+            versions.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{dist} (not installed)")
+    print("## bench_trace")
+    print(f"\n{platform.platform()}, {torch.get_num_threads()} torch threads; " + ", ".join(versions))
+    if gv is None:
+        print(f"\nNOTE: gradviz_nb rows skipped: {gv_reason}")
+
+    makers: list[Callable[[], Case]] = [
+        lambda: gpt2_case(args.quick, args.seq),
+        lambda: resnet_case(args.quick, batch=8, size=32),
+    ]
+    for make in makers:
+        case = make()
+        t0 = time.perf_counter()
+        rows = bench_case(case, gv, gv_reason, repeats, fwd_repeats)
+        print_table(case.name, rows)
+        print(f"- (case took {time.perf_counter() - t0:.1f} s)")
+        del case
+        gc.collect()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
