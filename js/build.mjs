@@ -1,0 +1,57 @@
+// Bundles src/index.ts into ONE self-contained ESM file for anywidget:
+// the ELK worker source and the CSS are inlined as text, so nothing else is fetched at run time.
+//   node build.mjs                 -> ../gradviz_nb/static/widget.js
+//   node build.mjs --outfile=X     -> X (used by the determinism test)
+//   node build.mjs --watch         -> rebuild on change (pair with ANYWIDGET_HMR=1)
+//   node build.mjs --tests         -> bundle test/*.test.ts into .test-build/ for `node --test`
+import * as esbuild from "esbuild";
+import { readdirSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const args = process.argv.slice(2);
+const flag = (name) => args.find((a) => a === name || a.startsWith(name + "="));
+const outfileArg = flag("--outfile");
+const outfile = outfileArg ? path.resolve(outfileArg.split("=")[1]) : path.join(here, "..", "gradviz_nb", "static", "widget.js");
+
+// `import text from "some/file.js?raw"` -> the file's contents as a string.
+const rawPlugin = {
+  name: "raw",
+  setup(build) {
+    build.onResolve({ filter: /\?raw$/ }, async (a) => {
+      const r = await build.resolve(a.path.slice(0, -4), { kind: a.kind, resolveDir: a.resolveDir });
+      if (r.errors.length) return { errors: r.errors };
+      return { path: r.path, namespace: "raw" };
+    });
+    build.onLoad({ filter: /.*/, namespace: "raw" }, async (a) => {
+      const { readFile } = await import("node:fs/promises");
+      return { contents: await readFile(a.path, "utf8"), loader: "text" };
+    });
+  },
+};
+
+const common = {
+  absWorkingDir: here,
+  bundle: true,
+  format: "esm",
+  logLevel: "info",
+  plugins: [rawPlugin],
+  loader: { ".css": "text" },
+  legalComments: "none",
+  charset: "utf8",
+};
+
+if (flag("--tests")) {
+  const dir = path.join(here, "test");
+  const entryPoints = readdirSync(dir).filter((f) => f.endsWith(".test.ts")).map((f) => path.join(dir, f));
+  await esbuild.build({ ...common, entryPoints, outdir: path.join(here, ".test-build"), platform: "node", outExtension: { ".js": ".mjs" }, logLevel: "warning" });
+} else {
+  const options = { ...common, entryPoints: [path.join(here, "src", "index.ts")], outfile, minify: true, target: "es2020", platform: "browser" };
+  if (flag("--watch")) {
+    const ctx = await esbuild.context(options);
+    await ctx.watch();
+  } else {
+    await esbuild.build(options);
+  }
+}

@@ -1,0 +1,61 @@
+// Toolbar (fit, zoom reset, expand / collapse all, counts), the notes line and the message line.
+import { h, setText } from "./dom";
+
+export interface ToolbarActions {
+  fit(): void;
+  zoomReset(): void;
+  expandAll(): void;
+  collapseAll(): void;
+}
+
+export interface Toolbar {
+  element: HTMLElement;
+  info: HTMLElement;
+  message: HTMLElement;
+  setCounts(text: string): void;
+  setNotes(notes: readonly string[]): void;
+  setMessage(text: string): void;
+  setBoxesAvailable(available: boolean): void;
+}
+
+export function createToolbar(actions: ToolbarActions): Toolbar {
+  const button = (label: string, testid: string, title: string, onClick: () => void): HTMLButtonElement => {
+    const b = h("button", { type: "button", "data-testid": testid, title }, label);
+    b.addEventListener("click", onClick);
+    return b;
+  };
+  const expandAll = button("Expand all", "gradviz-expand-all", "Open every module box", actions.expandAll);
+  const collapseAll = button("Collapse all", "gradviz-collapse-all", "Close every module box", actions.collapseAll);
+  const counts = h("span", { class: "gradviz-counts", "data-testid": "gradviz-counts" });
+  const element = h(
+    "div",
+    { class: "gradviz-toolbar", "data-testid": "gradviz-toolbar" },
+    button("Fit", "gradviz-fit", "Fit the whole graph in view", actions.fit),
+    button("1:1", "gradviz-zoom-reset", "Reset zoom to 100%", actions.zoomReset),
+    expandAll,
+    collapseAll,
+    counts,
+  );
+  const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });
+  const message = h("div", { class: "gradviz-message", "data-testid": "gradviz-message", role: "status" });
+  message.hidden = true;
+  return {
+    element,
+    info,
+    message,
+    setCounts: (text) => setText(counts, text),
+    setNotes(notes) {
+      info.replaceChildren(...notes.map((n) => h("p", {}, "ⓘ " + n)));
+    },
+    setMessage(text) {
+      setText(message, text);
+      message.hidden = !text;
+    },
+    setBoxesAvailable(available) {
+      expandAll.disabled = !available;
+      collapseAll.disabled = !available;
+      expandAll.hidden = !available;
+      collapseAll.hidden = !available;
+    },
+  };
+}

@@ -1,0 +1,66 @@
+// Display text for nodes, boxes and the details panel. Plain strings only: the view puts them
+// into the page with textContent / canvas text, never as HTML.
+import type { GraphNode, ModuleCall } from "../payload";
+
+export function formatShape(shape: number[] | null | undefined): string {
+  return shape ? "[" + shape.join(", ") + "]" : "";
+}
+
+/** A node's title: leaves by their (first) name, ops by label or grad_fn name. */
+export function nodeTitle(n: GraphNode): string {
+  if (n.kind === "leaf" && n.names.length > 0) {
+    return n.names.length > 1 ? `${n.names[0]} (+${n.names.length - 1} tied)` : n.names[0];
+  }
+  return n.label || n.op || n.id;
+}
+
+/** Two lines: title, then shape (omitted when unknown). */
+export function nodeLabel(n: GraphNode): string {
+  const shape = formatShape(n.shape);
+  return shape ? nodeTitle(n) + "\n" + shape : nodeTitle(n);
+}
+
+export function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+/** Collapsed box: "blocks.0 (call 2)" then "Block · 42 nodes". */
+export function collapsedLabel(call: ModuleCall, size: number): string {
+  return `▸ ${call.id || call.path}\n${call.type} · ${plural(size, "node")}`;
+}
+
+/** Expanded box header, drawn above the box. */
+export function expandedLabel(call: ModuleCall): string {
+  return `▾ ${call.id || call.path} · ${call.type}`;
+}
+
+/** Rows for the details panel, as [term, value] pairs. */
+export function nodeDetails(n: GraphNode): [string, string][] {
+  const rows: [string, string][] = [
+    ["kind", n.kind],
+    ["op", n.op || "—"],
+    ["label", n.label || "—"],
+    ["module", n.module || "(top level)"],
+    ["call", n.call || "(top level)"],
+    ["output", [formatShape(n.shape) || "shape unknown", n.dtype].filter(Boolean).join(" ")],
+    ["requires_grad", String(n.requires_grad)],
+  ];
+  if (n.kind === "leaf") rows.push(["names", n.names.length ? n.names.join(", ") : "(unnamed)"]);
+  rows.push(["saved tensors", String(n.saved.length)]);
+  for (const s of n.saved) {
+    rows.push(["  " + s.name, [formatShape(s.shape) || "shape unknown", s.dtype].filter(Boolean).join(" ")]);
+  }
+  rows.push(["id", n.id]);
+  return rows;
+}
+
+export function callDetails(c: ModuleCall, size: number): [string, string][] {
+  return [
+    ["module", c.path || "(root module)"],
+    ["type", c.type],
+    ["call id", c.id],
+    ["call number", String(c.index)],
+    ["inside call", c.parent || "(top level)"],
+    ["nodes inside", String(size)],
+  ];
+}

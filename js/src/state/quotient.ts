@@ -1,0 +1,160 @@
+// The visible quotient graph: what is on screen for a payload and a set of expanded module calls.
+// Pure data in, pure data out (no DOM), so it is unit-tested in node and cheap to recompute per click.
+import type { GraphEdge, GraphNode, GraphPayload, ModuleCall } from "../payload";
+
+/** Prefixes keep node ids and call ids apart in one id space (a node could be called "fc1"). */
+export const nodeKey = (id: string): string => "n:" + id;
+export const callKey = (id: string): string => "c:" + id;
+
+export type VisibleItem =
+  | { key: string; type: "node"; node: GraphNode; parent: string | null }
+  /** A collapsed call: one box standing for every node inside it. */
+  | { key: string; type: "collapsed"; call: ModuleCall; size: number; parent: string | null }
+  /** An expanded call: a compound box drawn around its visible members. */
+  | { key: string; type: "expanded"; call: ModuleCall; size: number; parent: string | null };
+
+export interface VisibleEdge {
+  key: string;
+  source: string;
+  target: string;
+  /** How many payload edges this visible edge stands for. */
+  count: number;
+  /** Indices into payload.edges. */
+  edges: number[];
+}
+
+export interface VisibleGraph {
+  items: VisibleItem[];
+  edges: VisibleEdge[];
+  counts: VisibleCounts;
+}
+
+export interface VisibleCounts {
+  /** Op, leaf and root nodes drawn as themselves. */
+  nodes: number;
+  collapsed: number;
+  expanded: number;
+  edges: number;
+}
+
+/** Call-tree facts derived once per payload: ancestors, children, node counts. */
+export interface CallIndex {
+  calls: Map<string, ModuleCall>;
+  /** Call id -> chain from the outermost call down to the call itself (never includes ""). */
+  chain: Map<string, string[]>;
+  /** Call id -> number of payload nodes inside it, recursively. */
+  size: Map<string, number>;
+  /** Call ids in payload order (parents before children). */
+  order: string[];
+}
+
+export function indexCalls(payload: GraphPayload): CallIndex {
+  const calls = new Map<string, ModuleCall>();
+  const chain = new Map<string, string[]>();
+  const order: string[] = [];
+  for (const c of payload.calls) {
+    calls.set(c.id, c);
+    order.push(c.id);
+  }
+  const chainOf = (id: string, seen: Set<string>): string[] => {
+    const known = chain.get(id);
+    if (known) return known;
+    const call = calls.get(id);
+    // Unknown parent or a cycle (bad payload): treat the call as top level rather than loop.
+    const parent = call && call.parent && calls.has(call.parent) && !seen.has(call.parent) ? call.parent : "";
+    seen.add(id);
+    const result = parent ? [...chainOf(parent, seen), id] : [id];
+    chain.set(id, result);
+    return result;
+  };
+  for (const id of order) chainOf(id, new Set());
+  const size = new Map<string, number>();
+  for (const n of payload.nodes) {
+    if (!n.call || !calls.has(n.call)) continue;
+    for (const c of chain.get(n.call) ?? []) size.set(c, (size.get(c) ?? 0) + 1);
+  }
+  return { calls, chain, size, order };
+}
+
+/** Who stands for `node` on screen: itself, or the outermost collapsed call around it. */
+export function representative(node: GraphNode, index: CallIndex, expanded: ReadonlySet<string>): string {
+  const chain = node.call ? index.chain.get(node.call) : undefined;
+  if (chain) {
+    for (const c of chain) if (!expanded.has(c)) return callKey(c);
+  }
+  return nodeKey(node.id);
+}
+
+/** The innermost call of `chain` that is expanded with every ancestor expanded, as a box key. */
+function enclosingBox(chain: readonly string[] | undefined, expanded: ReadonlySet<string>): string | null {
+  let box: string | null = null;
+  for (const c of chain ?? []) {
+    if (!expanded.has(c)) break;
+    box = callKey(c);
+  }
+  return box;
+}
+
+export function visibleGraph(payload: GraphPayload, expanded: ReadonlySet<string>, index = indexCalls(payload)): VisibleGraph {
+  const items: VisibleItem[] = [];
+  const repOf = new Map<string, string>();
+  const shownCalls = new Set<string>();
+  let nodes = 0;
+  for (const n of payload.nodes) {
+    const rep = representative(n, index, expanded);
+    repOf.set(n.id, rep);
+    const chain = n.call ? index.chain.get(n.call) : undefined;
+    if (rep === nodeKey(n.id)) {
+      items.push({ key: rep, type: "node", node: n, parent: enclosingBox(chain, expanded) });
+      nodes++;
+    }
+    // Every call on the chain down to the representative is shown (expanded ones as compounds).
+    for (const c of chain ?? []) {
+      shownCalls.add(c);
+      if (!expanded.has(c)) break;
+    }
+  }
+  let collapsed = 0;
+  let expandedCount = 0;
+  const callItems: VisibleItem[] = [];
+  for (const id of index.order) {
+    if (!shownCalls.has(id)) continue;
+    const call = index.calls.get(id)!;
+    const chain = index.chain.get(id)!;
+    const parent = enclosingBox(chain.slice(0, -1), expanded);
+    const size = call.size || index.size.get(id) || 0;
+    if (expanded.has(id)) {
+      callItems.push({ key: callKey(id), type: "expanded", call, size, parent });
+      expandedCount++;
+    } else {
+      callItems.push({ key: callKey(id), type: "collapsed", call, size, parent });
+      collapsed++;
+    }
+  }
+  const edges = aggregateEdges(payload.edges, repOf);
+  return {
+    // Compound parents first: graph libraries want a parent to exist before its children.
+    items: [...callItems, ...items],
+    edges,
+    counts: { nodes, collapsed, expanded: expandedCount, edges: edges.length },
+  };
+}
+
+/** Edges between representatives, with multiplicities; self loops (inside one box) are dropped. */
+export function aggregateEdges(edges: readonly GraphEdge[], repOf: ReadonlyMap<string, string>): VisibleEdge[] {
+  const byPair = new Map<string, VisibleEdge>();
+  edges.forEach((e, i) => {
+    const s = repOf.get(e.source);
+    const t = repOf.get(e.target);
+    if (s === undefined || t === undefined || s === t) return;
+    const pair = s + "\u0000" + t;
+    let v = byPair.get(pair);
+    if (!v) {
+      v = { key: "e:" + byPair.size, source: s, target: t, count: 0, edges: [] };
+      byPair.set(pair, v);
+    }
+    v.count++;
+    v.edges.push(i);
+  });
+  return [...byPair.values()];
+}

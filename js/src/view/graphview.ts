@@ -1,0 +1,185 @@
+// The canvas: Cytoscape draws, ELK (in a worker) places. Knows nothing of the anywidget model.
+import cytoscape from "cytoscape";
+import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytoscape";
+import { collapsedLabel, expandedLabel, nodeLabel } from "../state/labels";
+import type { VisibleGraph, VisibleItem } from "../state/quotient";
+import { LayoutEngine, type Size } from "./layout";
+import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
+import type { Theme } from "./theme";
+
+export interface ViewHandlers {
+  /** A node or box was clicked; `key` is its element id ("n:<node id>" or "c:<call id>"). */
+  tap(key: string, kind: string): void;
+  background(): void;
+}
+
+/** Keep a box where the user clicked it: its top-centre stays at the same screen point. */
+export interface Anchor {
+  key: string;
+  rendered: { x: number; y: number };
+}
+
+export class GraphView {
+  readonly cy: Core;
+  private engine = new LayoutEngine();
+  private generation = 0;
+  private measureCtx: CanvasRenderingContext2D | null;
+  private theme: Theme;
+  lastLayoutMs = 0;
+
+  constructor(container: HTMLElement, theme: Theme, handlers: ViewHandlers) {
+    this.theme = theme;
+    this.measureCtx = document.createElement("canvas").getContext("2d");
+    this.cy = cytoscape({
+      container,
+      style: stylesheet(theme),
+      layout: { name: "preset" },
+      minZoom: 0.03,
+      maxZoom: 4,
+      boxSelectionEnabled: false,
+      selectionType: "single",
+      autoungrabify: true,
+    });
+    let lastEvent: Event | undefined;
+    this.cy.on("tap", (e: EventObject) => {
+      // One physical click can reach us more than once while bubbling through compound parents.
+      if (e.originalEvent && e.originalEvent === lastEvent) return;
+      lastEvent = e.originalEvent;
+      if (e.target === this.cy) handlers.background();
+      else if (e.target.isNode()) handlers.tap(e.target.id(), e.target.data("kind"));
+    });
+  }
+
+  /** Lay out and draw `graph`. Resolves false when a newer call superseded this one. */
+  async show(graph: VisibleGraph, options: { anchor?: Anchor; fit?: boolean } = {}): Promise<boolean> {
+    const generation = ++this.generation;
+    const sizes = new Map<string, Size>();
+    for (const item of graph.items) if (item.type !== "expanded") sizes.set(item.key, this.measure(item));
+    const started = performance.now();
+    const positions = await this.engine.layout(graph, (key) => sizes.get(key)!);
+    if (generation !== this.generation) return false;
+    this.lastLayoutMs = performance.now() - started;
+    const elements: ElementDefinition[] = [];
+    for (const item of graph.items) {
+      const size = sizes.get(item.key);
+      elements.push({
+        group: "nodes",
+        data: {
+          id: item.key,
+          ...(item.parent ? { parent: item.parent } : {}),
+          kind: item.type === "node" ? item.node.kind : item.type,
+          label: labelOf(item),
+          w: size?.width ?? 10,
+          h: size?.height ?? 10,
+        },
+        position: positions.get(item.key),
+      });
+    }
+    for (const e of graph.edges) {
+      elements.push({
+        group: "edges",
+        data: { id: e.key, source: e.source, target: e.target, count: e.count, countLabel: "×" + e.count },
+      });
+    }
+    const selected = this.cy.$("node:selected").map((n) => n.id());
+    this.cy.batch(() => {
+      this.cy.elements().remove();
+      this.cy.add(elements);
+      for (const id of selected) this.cy.getElementById(id).select();
+    });
+    if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
+    else if (options.fit) this.fit();
+    return true;
+  }
+
+  /** Screen point (relative to the canvas) of a box's top-centre, for `Anchor`. */
+  anchorOf(key: string): Anchor | undefined {
+    const n = this.cy.getElementById(key);
+    if (n.empty()) return undefined;
+    const bb = n.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
+    return { key, rendered: { x: (bb.x1 + bb.x2) / 2, y: bb.y1 } };
+  }
+
+  private keepAnchor(anchor: Anchor): void {
+    const bb = this.cy.getElementById(anchor.key).boundingBox({ includeLabels: false, includeOverlays: false });
+    const zoom = this.cy.zoom();
+    this.cy.pan({ x: anchor.rendered.x - zoom * ((bb.x1 + bb.x2) / 2), y: anchor.rendered.y - zoom * bb.y1 });
+  }
+
+  fit(): void {
+    this.cy.resize();
+    this.cy.fit(undefined, 24);
+    // A tiny graph would otherwise be blown up to giant boxes.
+    if (this.cy.zoom() > 1.25) {
+      this.cy.zoom(1.25);
+      this.cy.center();
+    }
+  }
+
+  zoomReset(): void {
+    const center = { x: this.cy.width() / 2, y: this.cy.height() / 2 };
+    this.cy.zoom({ level: 1, renderedPosition: center });
+  }
+
+  select(key: string | null): void {
+    this.cy.batch(() => {
+      this.cy.$(":selected").unselect();
+      this.cy.edges(".hl").removeClass("hl");
+      if (!key) return;
+      const n = this.cy.getElementById(key);
+      n.select();
+      n.connectedEdges().addClass("hl");
+    });
+  }
+
+  /** Page (client) coordinates of an element: the centre of a node or collapsed box, a point just
+   *  inside the top edge of an expanded box (its background, not a child). For real mouse clicks. */
+  clientPoint(key: string): { x: number; y: number } | null {
+    const n = this.cy.getElementById(key) as NodeSingular;
+    if (n.empty()) return null;
+    const rect = this.cy.container()!.getBoundingClientRect();
+    const bb = n.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
+    const point = n.isParent() ? { x: (bb.x1 + bb.x2) / 2, y: bb.y1 + 4 } : n.renderedPosition();
+    return { x: rect.left + point.x, y: rect.top + point.y };
+  }
+
+  resize(): void {
+    this.cy.resize();
+  }
+
+  destroy(): void {
+    this.generation++;
+    this.engine.dispose();
+    this.cy.destroy();
+  }
+
+  private measure(item: VisibleItem): Size {
+    const label = labelOf(item);
+    const bold = item.type === "collapsed" || (item.type === "node" && item.node.kind === "root");
+    const lines = label.split("\n");
+    const ctx = this.measureCtx;
+    let width = 0;
+    if (ctx) {
+      ctx.font = `${bold ? "bold " : ""}${FONT_SIZE}px ${this.theme.fontFamily}`;
+      for (const line of lines) width = Math.max(width, ctx.measureText(line).width);
+    } else {
+      width = Math.max(...lines.map((l) => l.length)) * FONT_SIZE * 0.62;
+    }
+    const padY = item.type === "collapsed" ? NODE_PAD.y + 4 : NODE_PAD.y;
+    return {
+      width: Math.ceil(Math.max(48, width + 2 * NODE_PAD.x + (bold ? 4 : 0))),
+      height: Math.ceil(lines.length * LINE_HEIGHT + 2 * padY),
+    };
+  }
+}
+
+function labelOf(item: VisibleItem): string {
+  switch (item.type) {
+    case "node":
+      return nodeLabel(item.node);
+    case "collapsed":
+      return collapsedLabel(item.call, item.size);
+    case "expanded":
+      return expandedLabel(item.call);
+  }
+}

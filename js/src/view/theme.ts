@@ -1,0 +1,82 @@
+// Colours and font from JupyterLab's CSS variables (VS Code's as a second choice), read at render
+// time because Cytoscape draws on a canvas and needs concrete colours, not var(...) references.
+
+export interface Theme {
+  background: string;
+  panel: string;
+  panelAlt: string;
+  text: string;
+  textMuted: string;
+  brand: string;
+  border: string;
+  leafFill: string;
+  boxFill: string;
+  expandedFill: string;
+  edge: string;
+  fontFamily: string;
+  dark: boolean;
+}
+
+type Rgb = [number, number, number];
+
+/** Resolve any CSS colour (names, var() results, rgba) to rgb through the browser itself. */
+function parseColor(probe: HTMLElement, value: string): { rgb: Rgb; alpha: number } | null {
+  if (!value) return null;
+  probe.style.color = "";
+  probe.style.color = value;
+  if (!probe.style.color) return null;
+  const m = getComputedStyle(probe).color.match(/rgba?\(([^)]+)\)/);
+  if (!m) return null;
+  const parts = m[1].split(/[ ,/]+/).filter(Boolean).map(Number);
+  return { rgb: [parts[0], parts[1], parts[2]], alpha: parts.length > 3 ? parts[3] : 1 };
+}
+
+const hex = ([r, g, b]: Rgb): string =>
+  "#" + [r, g, b].map((v) => Math.round(Math.max(0, Math.min(255, v))).toString(16).padStart(2, "0")).join("");
+
+const mix = (a: Rgb, b: Rgb, t: number): Rgb => [a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t, a[2] + (b[2] - a[2]) * t];
+
+const luminance = ([r, g, b]: Rgb): number => (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+
+export function readTheme(el: HTMLElement): Theme {
+  const css = getComputedStyle(el);
+  const probe = document.createElement("span");
+  probe.style.display = "none";
+  el.appendChild(probe);
+  try {
+    const pick = (names: string[], fallback: string, over?: Rgb): Rgb => {
+      for (const name of names) {
+        const c = parseColor(probe, css.getPropertyValue(name).trim());
+        // Translucent theme colours (JupyterLab's text is rgba) are flattened onto the background.
+        if (c) return over && c.alpha < 1 ? mix(over, c.rgb, c.alpha) : c.rgb;
+      }
+      return parseColor(probe, fallback)!.rgb;
+    };
+    const bg = pick(["--jp-layout-color0", "--vscode-editor-background"], "#ffffff");
+    const dark = luminance(bg) < 0.5;
+    const panel = pick(["--jp-layout-color1"], dark ? "#1e1e1e" : "#ffffff", bg);
+    const panelAlt = pick(["--jp-layout-color2"], dark ? "#2d2d2d" : "#eeeeee", bg);
+    const text = pick(["--jp-ui-font-color0", "--vscode-editor-foreground"], dark ? "#ffffff" : "#000000", bg);
+    const textMuted = pick(["--jp-ui-font-color1"], dark ? "#c8c8c8" : "#333333", bg);
+    const brand = pick(["--jp-brand-color1", "--vscode-focusBorder"], dark ? "#4a9de6" : "#1976d2", bg);
+    const border = pick(["--jp-border-color1"], dark ? "#616161" : "#bdbdbd", bg);
+    const font = css.getPropertyValue("--jp-ui-font-family").trim() || css.getPropertyValue("--vscode-font-family").trim();
+    return {
+      background: hex(bg),
+      panel: hex(panel),
+      panelAlt: hex(panelAlt),
+      text: hex(text),
+      textMuted: hex(textMuted),
+      brand: hex(brand),
+      border: hex(border),
+      leafFill: hex(mix(bg, brand, dark ? 0.28 : 0.14)),
+      boxFill: hex(mix(panelAlt, brand, dark ? 0.1 : 0.06)),
+      expandedFill: hex(mix(bg, text, dark ? 0.05 : 0.025)),
+      edge: hex(mix(bg, textMuted, 0.55)),
+      fontFamily: font || "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif",
+      dark,
+    };
+  } finally {
+    probe.remove();
+  }
+}

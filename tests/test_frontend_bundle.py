@@ -1,0 +1,312 @@
+"""The built anywidget bundle (gradviz_nb/static/widget.js) in a blank headless Chromium page.
+
+No Jupyter: a small fake model (get/set/on/off/save_changes/send) stands in for anywidget's, the
+bundle is imported from a Blob URL into a file:// page (as an exported HTML page would), and the
+test drives it with real mouse clicks. About a second per test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+# The fake anywidget model and the mount, run inside the page. Backbone-like: `set` fires
+# "change:<name>" only when the value changed; `saves` counts save_changes calls.
+HARNESS = """
+async ([source, state]) => {
+  const listeners = {};
+  const model = {
+    state, saves: 0,
+    get: (k) => model.state[k],
+    set(k, v) {
+      if (JSON.stringify(model.state[k]) === JSON.stringify(v)) return;
+      model.state[k] = v;
+      for (const f of listeners["change:" + k] || []) f();
+    },
+    on(ev, f) { (listeners[ev] ||= []).push(f); },
+    off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
+    save_changes() { model.saves++; },
+    send() {},
+    listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
+  };
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const mod = await import(url);
+  const el = document.getElementById("host");
+  const cleanup = await mod.default.render({ model, el });
+  window.gv = { model, el, cleanup, hook: el.querySelector(".gradviz-root").__gradviz };
+  await window.gv.hook.idle();
+}
+"""
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not BUNDLE.exists():
+        pytest.skip("bundle not built: cd js && npm ci && npm run build")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """One page with the widget mounted, plus what it logged."""
+
+    def __init__(self, browser: Any, tmp_path: Path, payload: dict[str, Any], expanded: list[str] | None = None,
+                 height: int = 600, width: int = 1000) -> None:
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page = browser.new_page(viewport={"width": width + 40, "height": height + 200})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", self._dialog)
+        html = tmp_path / "index.html"
+        html.write_text(f'<!doctype html><html><body style="margin:10px"><div id="host" style="width:{width}px"></div></body></html>')
+        self.page.goto(html.as_uri())
+        state = {"graph_data": payload, "expanded": expanded or [], "selected": "", "height": height}
+        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def js(self, expr: str, arg: Any = None) -> Any:
+        return self.page.evaluate(expr, arg)
+
+    def counts(self) -> dict[str, int]:
+        return self.js("() => gv.hook.visibleCounts()")
+
+    def click_box(self, call_id: str) -> None:
+        point = self.js("(id) => gv.hook.boxPoint(id)", call_id)
+        assert point, f"box {call_id!r} is not on screen"
+        self.page.mouse.click(point["x"], point["y"])
+        self.js("() => gv.hook.idle()")
+
+    def click_node(self, node_id: str) -> None:
+        point = self.js("(id) => gv.hook.nodePoint(id)", node_id)
+        assert point, f"node {node_id!r} is not on screen"
+        self.page.mouse.click(point["x"], point["y"])
+        self.js("() => gv.hook.idle()")
+
+
+def test_renders_nodes_and_boxes(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, load_fixture("nested_modules.json"))
+    assert p.counts() == {"nodes": 4, "collapsed": 4, "expanded": 0, "edges": 9}
+    root = p.page.locator("[data-testid=gradviz-root]")
+    assert root.get_attribute("data-visible-nodes") == "4"
+    assert root.get_attribute("data-visible-boxes") == "4"
+    assert root.get_attribute("data-layout") == "idle"
+    assert p.js("() => gv.hook.cy.nodes().length") == 8
+    notes = p.page.locator("[data-testid=gradviz-notes]").inner_text()
+    assert "Tied weight" in notes
+    p.page.screenshot(path=str(tmp_path / "collapsed.png"))
+    assert p.errors == []
+
+
+def test_click_box_expands_then_collapses_keeping_its_place(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, load_fixture("nested_modules.json"))
+    top_of = ("() => { const b = gv.hook.cy.$id('c:blocks.0').renderedBoundingBox({includeLabels: false});"
+              " return {x: (b.x1 + b.x2) / 2, y: b.y1}; }")
+    before = p.js(top_of)
+    p.click_box("blocks.0")
+    assert p.js("() => gv.model.state.expanded") == ["blocks.0"]
+    assert p.js("() => gv.model.saves") >= 1
+    counts = p.counts()
+    assert counts["expanded"] == 1 and counts["nodes"] == 5  # ReluBackward0 appears, fc is a box inside
+    # The opened box stays where the user clicked: its top edge and centre have not jumped.
+    after = p.js(top_of)
+    assert abs(after["x"] - before["x"]) < 2 and abs(after["y"] - before["y"]) < 2
+    p.click_box("blocks.0.fc")
+    assert p.js("() => gv.model.state.expanded") == ["blocks.0", "blocks.0.fc"]
+    assert p.counts()["nodes"] == 8
+    assert p.js("() => gv.hook.cy.$id('n:6').parent().id()") == "c:blocks.0.fc"
+    p.page.screenshot(path=str(tmp_path / "expanded.png"))
+    # Clicking the open outer box (its top edge, not a child) collapses it and everything inside.
+    p.click_box("blocks.0")
+    assert p.js("() => gv.model.state.expanded") == []
+    assert p.counts() == {"nodes": 4, "collapsed": 4, "expanded": 0, "edges": 9}
+    assert p.errors == []
+
+
+def test_click_node_fills_details_panel(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, load_fixture("nested_modules.json"), expanded=["blocks.0", "blocks.0.fc"])
+    p.click_node("6")
+    assert p.js("() => gv.model.state.selected") == "6"
+    panel = p.page.locator("[data-testid=gradviz-details]")
+    assert panel.is_visible()
+    text = panel.inner_text()
+    for expected in ["AddmmBackward0", "blocks.0.fc", "[3, 4]", "float32", "mat1", "mat2", "saved tensors"]:
+        assert expected in text, expected
+    p.click_node("1")  # the tied leaf lists both names
+    text = panel.inner_text()
+    assert "embed.weight, head.weight" in text and "leaf" in text
+    p.page.screenshot(path=str(tmp_path / "details.png"))
+    # Clicking the background clears the selection.
+    p.page.mouse.click(*background_point(p))
+    assert p.js("() => gv.model.state.selected") == ""
+    assert not panel.is_visible()
+    assert p.errors == []
+
+
+def background_point(p: Page) -> tuple[float, float]:
+    box = p.page.locator("[data-testid=gradviz-canvas]").bounding_box()
+    return box["x"] + 5, box["y"] + box["height"] - 5
+
+
+def test_python_side_changes_are_followed(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, load_fixture("nested_modules.json"))
+    p.js("() => gv.model.set('expanded', ['blocks.0 (call 2)'])")
+    p.js("() => gv.hook.idle()")
+    assert p.counts()["expanded"] == 1
+    p.js("() => gv.model.set('selected', '13')")
+    assert "MseLossBackward0" in p.page.locator("[data-testid=gradviz-details]").inner_text()
+    p.js("() => gv.model.set('graph_data', {...gv.model.state.graph_data, calls: [],"
+         " nodes: gv.model.state.graph_data.nodes.map((n) => ({...n, call: ''}))})")
+    p.js("() => gv.hook.idle()")
+    assert p.counts() == {"nodes": 14, "collapsed": 0, "expanded": 0, "edges": 16}
+    # Cleanup removes everything it added.
+    p.js("() => gv.cleanup()")
+    assert p.js("() => gv.model.listenerCount()") == 0
+    assert p.js("() => gv.el.children.length") == 0
+    assert p.errors == []
+
+
+def test_toolbar_expand_all_collapse_all_fit(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, load_fixture("nested_modules.json"))
+    p.page.click("[data-testid=gradviz-expand-all]")
+    p.js("() => gv.hook.idle()")
+    assert p.counts()["nodes"] == 14
+    assert len(p.js("() => gv.model.state.expanded")) == 6
+    p.page.screenshot(path=str(tmp_path / "expand_all.png"))
+    p.page.click("[data-testid=gradviz-collapse-all]")
+    p.js("() => gv.hook.idle()")
+    assert p.counts()["nodes"] == 4
+    p.page.click("[data-testid=gradviz-zoom-reset]")
+    assert p.js("() => gv.hook.cy.zoom()") == 1
+    p.page.click("[data-testid=gradviz-fit]")
+    assert p.errors == []
+
+
+def test_names_are_text_never_html(browser: Any, tmp_path: Path) -> None:
+    payload = load_fixture("xss_module.json")
+    bad = payload["calls"][0]["id"]
+    p = Page(browser, tmp_path, payload)
+    p.click_box(bad)
+    p.click_node("a")
+    p.page.wait_for_timeout(200)
+    assert p.dialogs == []
+    assert p.js("() => document.querySelectorAll('img, script:not([src]) ~ script, svg, b, i').length") == 0
+    details = p.page.locator("[data-testid=gradviz-details]").inner_text()
+    assert "<img src=x onerror=alert(1)>.weight" in details and "<script>alert(3)</script>" in details
+    assert "<img src=n onerror=alert(6)> note" in p.page.locator("[data-testid=gradviz-notes]").inner_text()
+    assert p.js("(k) => gv.hook.cy.$id(k).data('label')", "c:" + bad).startswith("▾ " + bad)
+    p.page.screenshot(path=str(tmp_path / "xss.png"))
+    assert p.errors == []
+
+
+def synthetic_payload(n_blocks: int, ops_per_block: int, with_calls: bool = True) -> dict[str, Any]:
+    """A transformer-ish chain of blocks, each a small DAG with a parameter leaf per op pair."""
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+
+    def add(kind: str, op: str, call: str, names: list[str] | None = None) -> str:
+        nid = str(len(nodes))
+        nodes.append({"id": nid, "kind": kind, "op": op, "label": op.replace("Backward0", ""), "module": call,
+                      "call": call, "names": names or [], "shape": [8, 64], "dtype": "float32",
+                      "requires_grad": True, "saved": []})
+        return nid
+
+    def link(s: str, t: str) -> None:
+        edges.append({"source": s, "target": t, "output_nr": 0, "input_nr": 0, "shape": [8, 64]})
+
+    prev = add("leaf", "AccumulateGrad", "", ["input"])
+    for b in range(n_blocks):
+        call = f"blocks.{b}" if with_calls else ""
+        if with_calls:
+            calls.append({"id": call, "path": call, "type": "Block", "parent": "", "index": 1, "size": 0})
+        residual = prev
+        for i in range(ops_per_block):
+            op = add("op", ["AddmmBackward0", "GeluBackward0", "MulBackward0", "AddBackward0"][i % 4], call)
+            link(prev, op)
+            if i % 2 == 0:
+                link(add("leaf", "AccumulateGrad", call, [f"blocks.{b}.w{i}"]), op)
+            if i % 5 == 4:
+                link(residual, op)
+                residual = op
+            prev = op
+    root = add("root", "", "")
+    link(prev, root)
+    for c in calls:
+        c["size"] = sum(1 for n in nodes if n["call"] == c["id"])
+    return {"version": 1, "nodes": nodes, "edges": edges, "calls": calls,
+            "meta": {"torch_version": "", "captured": with_calls, "notes": [], "num_nodes": len(nodes),
+                     "num_edges": len(edges)}}
+
+
+def test_layout_time_500_nodes(browser: Any, tmp_path: Path) -> None:
+    payload = synthetic_payload(n_blocks=20, ops_per_block=17)
+    p = Page(browser, tmp_path, payload, expanded=[c["id"] for c in payload["calls"]])
+    counts = p.counts()
+    assert 480 <= counts["nodes"] <= 560, counts
+    ms = p.js("() => gv.hook.lastLayoutMs()")
+    print(f"\nELK layout of {counts['nodes']} visible nodes in {counts['expanded']} boxes: {ms:.0f} ms")
+    (tmp_path / "layout_ms.txt").write_text(f"{counts['nodes']} {ms:.0f}\n")
+    assert ms < 30_000
+    p.page.screenshot(path=str(tmp_path / "big500.png"))
+    assert p.errors == []
+
+
+def test_huge_graph_without_calls_warns_and_stays_responsive(browser: Any, tmp_path: Path) -> None:
+    payload = synthetic_payload(n_blocks=200, ops_per_block=17, with_calls=False)
+    assert len(payload["nodes"]) > 5000
+    p = Page(browser, tmp_path, {**payload, "nodes": payload["nodes"][:1], "edges": []})
+    # Swap in the huge payload as Python would, then check the page answers while ELK works.
+    p.js("(g) => { gv.model.set('graph_data', g); }", payload)
+    assert p.page.locator("[data-testid=gradviz-spinner]").is_visible()
+    assert "Large graph" in p.page.locator("[data-testid=gradviz-message]").inner_text()
+    t = p.js("() => { const t0 = performance.now(); return new Promise((r) => setTimeout(() => r(performance.now() - t0), 0)); }")
+    assert t < 500, f"main thread blocked for {t} ms during layout"
+    p.js("() => gv.hook.idle()")
+    assert p.counts()["nodes"] == len(payload["nodes"])
+    assert p.page.locator("[data-testid=gradviz-spinner]").is_hidden()
+    assert p.errors == []
+
+
+def test_bundle_is_reproducible(tmp_path: Path) -> None:
+    js = ROOT / "js"
+    if shutil.which("node") is None or not (js / "node_modules" / "esbuild").exists():
+        pytest.skip("node or js/node_modules missing: cd js && npm ci")
+    out = tmp_path / "widget.js"
+    subprocess.run(["node", "build.mjs", f"--outfile={out}"], cwd=js, check=True, capture_output=True)
+    assert out.read_bytes() == BUNDLE.read_bytes(), "gradviz_nb/static/widget.js is stale: cd js && npm run build"
