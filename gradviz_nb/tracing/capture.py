@@ -146,17 +146,21 @@ class Attribution:
     def __init__(self, calls: list[ModuleCall]) -> None:
         # Outer calls first on equal starts, so the last call starting at or before a number is the
         # innermost candidate.
-        self.calls = sorted(calls, key=lambda c: (c.start, -c.end))
+        # Empty calls (no nodes: under no_grad, dropout in eval) hold nothing and would break the
+        # nesting argument below when they share a start with a real call; keep them aside.
+        self.calls = sorted((c for c in calls if c.end > c.start), key=lambda c: (c.start, -c.end))
         self._starts = [c.start for c in self.calls]
+        # Outermost empty call per start: calls come in start order, so the first one wins.
+        self._empty = {c.start: c for c in reversed(calls) if c.end == c.start}
 
     def call_of(self, seq: int, op: str) -> ModuleCall | None:
         """Innermost call whose interval holds ``seq``; None at top level."""
         if op == "CheckpointFunctionBackward":
             # Reentrant checkpoint runs the wrapped module under no_grad: its call is empty and starts
             # right after the checkpoint node's number. The opaque node stands for that module.
-            i = bisect.bisect_left(self._starts, seq + 1)
-            if i < len(self.calls) and self.calls[i].start == seq + 1 == self.calls[i].end:
-                return self.calls[i]
+            wrapped = self._empty.get(seq + 1)
+            if wrapped is not None:
+                return wrapped
         i = bisect.bisect_right(self._starts, seq) - 1
         # Calls nest, so the innermost call holding seq is calls[i] or one of its ancestors.
         call = self.calls[i] if i >= 0 else None

@@ -1,0 +1,193 @@
+"""gv.trace against what PyTorch itself says about the graph."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+import networkx as nx
+import pytest
+import torch
+from torch import nn
+
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, MHAModel, ResNet18Like, TwiceCalled, gpt2_loss
+
+
+def reference_walk(root: torch.Tensor) -> tuple[set[Any], set[tuple[Any, Any, int, int]]]:
+    """Nodes and (producer, consumer, output_nr, input_nr) edges, straight from next_functions."""
+    nodes, edges, stack = {root.grad_fn}, set(), [root.grad_fn]
+    while stack:
+        fn = stack.pop()
+        for input_nr, (nxt, output_nr) in enumerate(fn.next_functions):
+            if nxt is None:
+                continue
+            edges.add((nxt, fn, output_nr, input_nr))
+            if nxt not in nodes:
+                nodes.add(nxt)
+                stack.append(nxt)
+    return nodes, edges
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (MLP(), lambda m: m(torch.randn(5, 4)).sum()),
+    lambda: (GPT2(GPT2Config.small_test()), gpt2_loss),
+    lambda: (ResNet18Like(width=8), lambda m: m(torch.randn(2, 3, 32, 32)).sum()),
+    lambda: (MHAModel(), lambda m: m(torch.randn(2, 5, 8)).sum()),
+    lambda: (TwiceCalled(), lambda m: m(torch.randn(3, 4)).sum()),
+])
+def test_nodes_and_edges_match_next_functions(make: Any) -> None:
+    model, run = make()
+    loss = run(model)
+    nodes, edges = reference_walk(loss)
+    g = gv.trace(loss, model=model)
+    ops = [n for n, k in g.nx.nodes(data="kind") if k != "root"]
+    assert len(ops) == len(nodes)
+    slots = sum(len(d["slots"]) for u, v, d in g.nx.edges(data=True) if not v.startswith("root"))
+    assert slots == len(edges)
+    assert sorted(d["op"] for n, d in g.nx.nodes(data=True) if d["kind"] != "root") == sorted(
+        fn.name().removeprefix("torch::autograd::") for fn in nodes
+    )
+    assert nx.is_directed_acyclic_graph(g.nx)
+    assert list(g.nx.predecessors("root0")) and not list(g.nx.successors("root0"))
+    # every trainable parameter is a leaf, named
+    assert set(g.leaves()) == {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
+
+
+def test_shapes_and_dtypes_come_from_metadata() -> None:
+    x = torch.randn(3, 4, requires_grad=True)
+    y = (x.double() @ torch.randn(4, 2, dtype=torch.float64)).relu()
+    g = gv.trace(y.sum(), names={"x": x})
+    by_op = {d["op"]: d for _, d in g.nx.nodes(data=True)}
+    assert by_op["MmBackward0"]["shape"] == [3, 2] and by_op["MmBackward0"]["dtype"] == "float64"
+    assert by_op["ToCopyBackward0"]["shape"] == [3, 4]
+    assert by_op["AccumulateGrad"]["shape"] == [3, 4] and by_op["AccumulateGrad"]["dtype"] == "float32"
+    assert g.nx.nodes[g.find("x")]["label"] == "x"
+
+
+def test_tied_weight_is_one_leaf_with_all_names() -> None:
+    model = GPT2(GPT2Config.small_test())
+    g = gv.trace(gpt2_loss(model), model=model)
+    leaves = g.leaves()
+    assert leaves["wte.weight"] == leaves["lm_head.weight"]
+    assert g.nx.nodes[leaves["wte.weight"]]["names"] == ["wte.weight", "lm_head.weight"]
+    assert g.nx.out_degree(leaves["wte.weight"]) == 2  # embedding and the head
+
+
+def test_unnamed_leaves_get_shape_labels() -> None:
+    a = torch.randn(2, 3, requires_grad=True)
+    g = gv.trace((a * 2).sum())
+    leaf = next(g.nodes_of("leaf"))
+    assert g.nx.nodes[leaf]["label"] == "tensor 2×3"
+
+
+def test_multi_output_edges_keep_each_output() -> None:
+    x = torch.randn(4, 6, requires_grad=True)
+    a, b = x.chunk(2, dim=1)
+    g = gv.trace((a * b + x[:, :3] * x[:, :3]).sum())
+    split = next(n for n, d in g.nx.nodes(data=True) if d["op"] == "SplitBackward0")
+    (mul,) = [v for v in g.nx.successors(split)]
+    assert sorted(map(tuple, g.nx.edges[split, mul]["slots"])) == [(0, 0), (1, 1)]
+
+
+def test_several_roots_and_a_leaf_root() -> None:
+    w = torch.randn(3, requires_grad=True)
+    g = gv.trace([(w * 2).sum(), w], names={"w": w})
+    assert g.roots == ["root0", "root1"]
+    assert list(g.nx.predecessors("root1")) == [g.find("w")]
+
+
+def test_graph_consumed_by_backward_still_traces() -> None:
+    model = MLP()
+    loss = model(torch.randn(2, 4)).sum()
+    loss.backward()
+    g = gv.trace(loss, model=model)
+    assert len(g.leaves()) == 4
+
+
+def test_trace_keeps_no_autograd_node_alive() -> None:
+    class Tracked:
+        pass
+
+    class Save(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            ctx.payload = Tracked()  # lives exactly as long as the backward node
+            return x * 1
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad
+
+    x = torch.randn(3, requires_grad=True)
+    loss = Save.apply(x).sum()
+    ref = weakref.ref(_payload_of(loss))
+    g = gv.trace(loss)
+    del loss
+    gc.collect()
+    assert ref() is None, "the traced graph still pins the autograd graph"
+    assert len(g) == 4
+
+
+def _payload_of(loss: torch.Tensor) -> Any:
+    return loss.grad_fn.next_functions[0][0].payload
+
+
+@pytest.mark.parametrize(
+    ("make_root", "reason"),
+    [
+        (lambda: _under(torch.no_grad), "no_grad"),
+        (lambda: _under(torch.inference_mode), "inference_mode"),
+        (lambda: (torch.randn(3) * 2).sum(), "require grad"),
+        (lambda: (torch.randn(3, requires_grad=True) * 2).sum().detach(), "detach"),
+    ],
+)
+def test_tensor_without_graph_gets_a_clear_error(make_root: Any, reason: str) -> None:
+    with pytest.raises(gv.GradvizError, match=reason):
+        gv.trace(make_root())
+
+
+def _under(ctx: Any) -> torch.Tensor:
+    w = torch.randn(3, requires_grad=True)
+    with ctx():
+        return (w * 2).sum()
+
+
+def test_frozen_model_error_says_so() -> None:
+    model = MLP().requires_grad_(False)
+    with pytest.raises(gv.GradvizError, match="None of the model's parameters require grad"):
+        gv.trace(model(torch.randn(2, 4)).sum(), model=model)
+
+
+@pytest.mark.parametrize("bad", [3.0, "loss", None, [torch.randn(2, requires_grad=True) * 2, 1]])
+def test_non_tensor_is_a_clear_error(bad: Any) -> None:
+    with pytest.raises(gv.GradvizError, match="tensor"):
+        gv.trace(bad)
+
+
+def test_empty_list_is_a_clear_error() -> None:
+    with pytest.raises(gv.GradvizError, match="empty"):
+        gv.trace([])
+
+
+def test_compiled_graph_traces_and_says_it_is_one_node() -> None:
+    model = MLP()
+    compiled = torch.compile(model, backend="aot_eager")
+    loss = compiled(torch.randn(2, 4)).sum()
+    g = gv.trace(loss, model=model)
+    ops = {d["op"] for _, d in g.nx.nodes(data=True)}
+    assert "CompiledFunctionBackward" in ops
+    assert any("torch.compile" in note for note in g.notes)
+
+
+def test_tracing_leaves_user_state_alone() -> None:
+    model = MLP()
+    model.eval()
+    loss = model(torch.randn(2, 4)).sum()
+    before = {n: (p.requires_grad, p.grad) for n, p in model.named_parameters()}
+    gv.trace(loss, model=model)
+    assert {n: (p.requires_grad, p.grad) for n, p in model.named_parameters()} == before
+    assert not model.training
+    loss.backward()  # the graph is still usable
+    assert all(p.grad is not None for p in model.parameters())
