@@ -174,5 +174,5 @@ def test_capture_of_another_forward_says_so() -> None:
 
 
 def test_capture_rejects_non_modules() -> None:
-    with pytest.raises(gv.GradvizError, match="nn.Module"):
+    with pytest.raises(gv.GradvizError, match=r"nn\.Module"):
         gv.capture(lambda x: x)  # type: ignore[arg-type]

@@ -9,7 +9,6 @@ from typing import Any
 import networkx as nx
 import pytest
 import torch
-from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, MHAModel, ResNet18Like, TwiceCalled, gpt2_loss

@@ -23,7 +23,6 @@ from torch import nn
 from gradviz_nb.errors import GradvizError
 
 
-
 def _sequence_counter() -> int:
     getter = getattr(torch.autograd, "_get_sequence_nr", None)
     if getter is None:  # private API: fail loudly rather than attribute wrongly

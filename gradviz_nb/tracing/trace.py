@@ -139,7 +139,7 @@ def _build(
         for input_nr, (producer, output_nr) in enumerate(r.inputs):
             if producer >= 0:
                 _add_slot(g, raw[producer], f"n{r.key}", output_nr, input_nr)
-    for i, ((producer, output_nr), t) in enumerate(zip(root_edges, tensors)):
+    for i, ((producer, output_nr), t) in enumerate(zip(root_edges, tensors, strict=True)):
         root = f"root{i}"
         g.add_node(root, kind="root", op="", label=f"output {i}" if len(tensors) > 1 else "output",
                    module="", call="", name="", names=[], shape=list(t.shape),

@@ -18,7 +18,7 @@ from gradviz_nb.widgets.payload import initial_expanded, to_payload
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
 
 
-class GraphWidget(anywidget.AnyWidget):  # type: ignore[misc]
+class GraphWidget(anywidget.AnyWidget):
     """Interactive view of the autograd graph behind ``roots``.
 
     Displays when it is the last expression of a cell. Click a module box to expand it, its header
