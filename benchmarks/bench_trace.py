@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.metadata
+import os
 import platform
 import statistics
 import sys
@@ -199,12 +200,8 @@ def bench_case(case: Case, gv: Any, gv_reason: str, repeats: int, fwd_repeats: i
     else:
         tv_repeats = max(1, min(repeats, 5))
         try:
-            med, best = time_it(
-                lambda: draw_graph(model, input_data=case.torchview_input, depth=3), tv_repeats
-            )
-            rows.append(
-                Timing("(d) torchview draw_graph", med, best, tv_repeats, "depth=3, includes a forward")
-            )
+            med, best = time_it(lambda: draw_graph(model, input_data=case.torchview_input, depth=3), tv_repeats)
+            rows.append(Timing("(d) torchview draw_graph", med, best, tv_repeats, "depth=3, includes a forward"))
         except Exception as exc:
             rows.append(Timing("(d) torchview draw_graph", note=f"failed: {type(exc).__name__}: {exc}"))
 
@@ -241,6 +238,14 @@ def count_autograd_nodes(root: Tensor) -> int:
     return len(seen)
 
 
+def load_note() -> str:
+    """The 1-minute load average against the core count: timings are only comparable when idle."""
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    busy = " (BUSY: other processes compete, forward timings are unreliable)" if load > 0.75 * cores else ""
+    return f"load average {load:.2f} on {cores} cores{busy}"
+
+
 def fmt_ms(seconds: float | None) -> str:
     """Milliseconds with sensible precision, or a dash."""
     if seconds is None:
@@ -250,10 +255,15 @@ def fmt_ms(seconds: float | None) -> str:
 
 
 def ratio(rows: list[Timing], num: str, den: str) -> str:
-    """``num / den`` of two rows' medians, formatted, or ``n/a``."""
+    """``num / den`` of two rows, medians and (in brackets) minima, formatted, or ``n/a``.
+
+    The ratio of minima is the one to trust on a busy machine: contention only ever adds time.
+    """
     by_label = {r.label: r for r in rows}
-    a, b = by_label[num].median, by_label[den].median
-    return "n/a" if a is None or b is None else f"{a / b:.2f}x"
+    a, b = by_label[num], by_label[den]
+    if a.median is None or b.median is None or a.best is None or b.best is None:
+        return "n/a"
+    return f"{a.median / b.median:.2f}x (min/min {a.best / b.best:.2f}x)"
 
 
 def print_table(case_name: str, rows: list[Timing]) -> None:
@@ -266,10 +276,7 @@ def print_table(case_name: str, rows: list[Timing]) -> None:
     print()
     print(f"- trace / make_dot: {ratio(rows, '(a) gv.trace', '(c) torchviz make_dot')}")
     print(f"- trace+capture / make_dot: {ratio(rows, '(b) gv.trace + capture', '(c) torchviz make_dot')}")
-    print(
-        f"- capture_forward / plain_forward: "
-        f"{ratio(rows, '(e) forward in gv.capture', '(e) plain forward+loss')}"
-    )
+    print(f"- capture_forward / plain_forward: {ratio(rows, '(e) forward in gv.capture', '(e) plain forward+loss')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             versions.append(f"{dist} (not installed)")
     print("## bench_trace")
     print(f"\n{platform.platform()}, {torch.get_num_threads()} torch threads; " + ", ".join(versions))
+    print(f"\n{load_note()} at start")
     if gv is None:
         print(f"\nNOTE: gradviz_nb rows skipped: {gv_reason}")
 
@@ -312,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- (case took {time.perf_counter() - t0:.1f} s)")
         del case
         gc.collect()
+    print(f"\n{load_note()} at end")
     return 0
 
 
