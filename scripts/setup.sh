@@ -36,7 +36,7 @@ done_step
 # --- 2. torch first: the CPU wheel, so nothing later pulls a CUDA build -----------------------
 step "pip install torch==2.13.0 (first, on its own)"
 "$VPY" -m pip install --quiet torch==2.13.0
-"$VPY" -c 'import torch; print("    torch", torch.__version__)'
+"$VPY" -W ignore -c 'import torch; print("    torch", torch.__version__)'
 done_step
 
 # --- 3. pinned dev requirements, then the package itself ---------------------------------------

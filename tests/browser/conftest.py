@@ -63,9 +63,20 @@ def chromium() -> Iterator[object]:
             browser.close()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    setattr(item, f"report_{report.when}", report)  # lets fixtures see whether the test failed
+    return report
+
+
 @pytest.fixture
-def lab_page(chromium, jupyterlab: JupyterLabServer):  # type: ignore[no-untyped-def]
-    """A fresh page (own browser context) plus its console log; kernels are shut down afterwards."""
+def lab_page(request: pytest.FixtureRequest, chromium, jupyterlab: JupyterLabServer):  # type: ignore[no-untyped-def]
+    """A fresh page (own browser context) plus its console log; kernels are shut down afterwards.
+
+    On failure the page is saved to build/screenshots/FAILED-<test>.png and the server log's tail
+    is printed.
+    """
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(60_000)
@@ -74,6 +85,13 @@ def lab_page(chromium, jupyterlab: JupyterLabServer):  # type: ignore[no-untyped
     page.console_log = console  # type: ignore[attr-defined]
     try:
         yield page
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            shot = REPO / "build" / "screenshots" / f"FAILED-{request.node.name}.png"
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shot))
+            print(f"\nscreenshot of the failure: {shot}")
+            print("console errors:", console.errors, "\nserver log tail:\n", jupyterlab.log()[-3000:])
     finally:
         context.close()
         jupyterlab.shutdown_sessions()

@@ -297,8 +297,10 @@ class LabNotebook:
         return (self.cell(index).locator(".jp-InputPrompt").first.inner_text() or "").strip()
 
     def run_cell(self, index: int, timeout: float = 180.0, attempts: int = 3) -> str:
-        """Shift+Enter on one cell; wait for its `[n]:` prompt; returns the cell's output text.
+        """Run one cell from the keyboard; wait for its `[n]:` prompt; returns its output text.
 
+        Ctrl+Enter (run in place) rather than Shift+Enter: Shift+Enter on the last cell inserts a new
+        cell and scrolls the notebook, which moves widgets under a mouse click being aimed at them.
         A key press can be lost while the kernel connects: if the prompt is still blank (not `[*]`)
         a few seconds later, press again. Raises if the output holds a Python traceback.
         """
@@ -306,7 +308,7 @@ class LabNotebook:
             before = self.prompt(index)
             editor = self.cell(index).locator(".jp-InputArea-editor").first
             editor.click()
-            self.page.keyboard.press("Shift+Enter")
+            self.page.keyboard.press("Control+Enter")
             if self._wait_prompt_changed(index, before, timeout, grace=5.0 + 5.0 * attempt):
                 break
         else:

@@ -32,3 +32,137 @@ def test_harness_renders_an_ipywidget(
     assert "value 3" in nb.run_cell(1)
     stopwatch["run"] = time.monotonic() - t0 - stopwatch["open + kernel"]
     _assert_clean_console(lab_page)
+
+
+GPT2_CELLS = [
+    # A GPT-2-sized transformer: the real 124M configuration (12 blocks, tied embedding), seq 16.
+    # About 6 s on 2 CPU cores, most of it building the weights.
+    """\
+import torch
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+
+torch.manual_seed(0)
+model = GPT2(GPT2Config())
+with gv.capture(model) as cap:
+    loss = gpt2_loss(model, batch=1, seq=16, seed=0)
+w = gv.GraphWidget(loss, model=model, capture=cap)
+w""",
+    "print('EXPANDED', sorted(w.expanded))",
+]
+BOX = "blocks.3"
+
+# Reads the widget's debug hook (`root.__gradviz`, see js/src/index.ts: DebugHook) once the
+# current layout has been drawn.
+STATE_JS = """async (root) => {
+    const g = root.__gradviz;
+    await g.idle();
+    return {layout: root.dataset.layout, counts: g.visibleCounts(), cyNodes: g.cy.nodes().length};
+}"""
+POINT_JS = """(root, id) => {
+    // Where to click module box `id` so the click lands on the box itself. The hook's boxPoint
+    // (a collapsed box's centre, an open box's top edge) comes first; for an open box an incoming
+    // edge is often drawn across that spot (and across the header label), and cytoscape gives the
+    // tap to the edge. So try points along the header label row and the top strip, and keep the
+    // first one cytoscape's own hit test (renderer().findNearestElement, private but stable since
+    // 3.x) assigns to the box. A real mouse click then goes there.
+    const g = root.__gradviz, cy = g.cy, key = 'c:' + id, n = cy.getElementById(key);
+    if (n.empty()) return null;
+    const rect = cy.container().getBoundingClientRect();
+    const pan = cy.pan(), z = cy.zoom();
+    const hits = (cx, cy_) => {
+        const el = cy.renderer().findNearestElement((cx - rect.left - pan.x) / z,
+                                                     (cy_ - rect.top - pan.y) / z, true, false);
+        return !!el && el.id() === key;
+    };
+    const candidates = [g.boxPoint(id)];
+    const bb = n.renderedBoundingBox({includeLabels: false, includeOverlays: false});
+    const bl = n.renderedBoundingBox({includeLabels: true, includeOverlays: false});
+    const mid = (bb.x1 + bb.x2) / 2, half = (bb.x2 - bb.x1) / 2;
+    for (const y of [(bl.y1 + bb.y1) / 2, bb.y1 + 3, bb.y1 + 8])
+        for (let dx = 0; dx < half - 2; dx += 4)
+            for (const x of [mid - dx, mid + dx])
+                candidates.push({x: rect.left + x, y: rect.top + y});
+    const p = candidates.find((c) => c && hits(c.x, c.y));
+    if (!p) return {x: NaN, y: NaN, onWidget: false, hitsBox: false};
+    // What a person would hit there: it must be this widget's canvas, not an overlay.
+    const el = document.elementFromPoint(p.x, p.y);
+    return {x: p.x, y: p.y, onWidget: !!el && root.contains(el) && el.tagName === 'CANVAS', hitsBox: true};
+}"""
+
+
+def _expanded_in_kernel(nb: LabNotebook) -> list[str]:
+    out = nb.run_cell(1)
+    line = next(ln for ln in out.splitlines() if ln.startswith("EXPANDED"))
+    return eval(line.removeprefix("EXPANDED"))  # a printed list of str  # noqa: S307
+
+
+def _click_box(page: Page, root, box: str) -> None:  # type: ignore[no-untyped-def]
+    """Click a module box where it is drawn, once the page has stopped moving."""
+    root.scroll_into_view_if_needed()
+    point, previous = None, {}
+    for _ in range(50):  # the same point twice in a row: no scroll or layout animation in flight
+        point = root.evaluate(POINT_JS, box)
+        if point == previous:
+            break
+        previous = point
+        time.sleep(0.1)
+    assert point is not None, f"no box {box!r} on the canvas"
+    assert point["hitsBox"], f"no point on box {box!r} that a click would give to the box"
+    assert point["onWidget"], f"box {box!r} at {point} is covered or off-screen"
+    page.mouse.move(point["x"], point["y"])
+    page.mouse.click(point["x"], point["y"])
+
+
+def test_gpt2_widget_expand_and_collapse_by_mouse(
+    jupyterlab: JupyterLabServer,
+    lab_page: Page,
+    tmp_path: Path,
+    screenshot_dir: Path,
+    stopwatch: dict[str, float],
+) -> None:
+    page = lab_page
+    t = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        stopwatch[name] = time.monotonic() - t
+        t = time.monotonic()
+
+    nb = LabNotebook(jupyterlab, page, jupyterlab.write_notebook("gpt2.ipynb", GPT2_CELLS)).open()
+    lap("open + kernel")
+    nb.run_cell(0)
+    root = nb.wait_in_output(0, ".gradviz-root")
+    nb.wait_in_output(0, ".gradviz-canvas canvas")
+    start = root.evaluate(STATE_JS)
+    lap("model + widget drawn")
+    assert start["layout"] == "idle", start
+    assert start["counts"]["collapsed"] >= 12, f"expected 12 collapsed blocks: {start}"
+    assert BOX not in _expanded_in_kernel(nb)
+
+    # Open blocks.3 with a real mouse click on its box.
+    _click_box(page, root, BOX)
+    opened = nb.poll(
+        lambda: (s := root.evaluate(STATE_JS))["counts"]["nodes"] > start["counts"]["nodes"] and s,
+        what=f"{BOX} expanded on the canvas",
+    )
+    assert opened["cyNodes"] > start["cyNodes"]
+    assert opened["counts"]["expanded"] == start["counts"]["expanded"] + 1
+    assert BOX in _expanded_in_kernel(nb), "the click did not reach the kernel's `expanded` trait"
+    page.screenshot(path=str(tmp_path / "expanded.png"))
+    shutil.copy(tmp_path / "expanded.png", screenshot_dir / "jupyterlab_widget_expanded.png")
+    lap("expand by click")
+
+    # Close it again by clicking the open box's header.
+    _click_box(page, root, BOX)
+    closed = nb.poll(
+        lambda: (s := root.evaluate(STATE_JS))["counts"] == start["counts"] and s,
+        what=f"{BOX} collapsed again",
+    )
+    assert closed["cyNodes"] == start["cyNodes"]
+    assert BOX not in _expanded_in_kernel(nb)
+    lap("collapse by click")
+
+    page.screenshot(path=str(tmp_path / "jupyterlab_widget.png"))
+    shutil.copy(tmp_path / "jupyterlab_widget.png", screenshot_dir / "jupyterlab_widget.png")
+    _assert_clean_console(page)
