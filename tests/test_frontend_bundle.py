@@ -91,7 +91,8 @@ class Page:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("dialog", self._dialog)
         html = tmp_path / "index.html"
-        html.write_text(f'<!doctype html><html><body style="margin:10px"><div id="host" style="width:{width}px"></div></body></html>')
+        host = f'<div id="host" style="width:{width}px"></div>'
+        html.write_text(f'<!doctype html><html><body style="margin:10px">{host}</body></html>')
         self.page.goto(html.as_uri())
         state = {"graph_data": payload, "expanded": expanded or [], "selected": "", "height": height}
         self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
@@ -295,7 +296,8 @@ def test_huge_graph_without_calls_warns_and_stays_responsive(browser: Any, tmp_p
     p.js("(g) => { gv.model.set('graph_data', g); }", payload)
     assert p.page.locator("[data-testid=gradviz-spinner]").is_visible()
     assert "Large graph" in p.page.locator("[data-testid=gradviz-message]").inner_text()
-    t = p.js("() => { const t0 = performance.now(); return new Promise((r) => setTimeout(() => r(performance.now() - t0), 0)); }")
+    t = p.js("() => { const t0 = performance.now();"
+             " return new Promise((r) => setTimeout(() => r(performance.now() - t0), 0)); }")
     assert t < 500, f"main thread blocked for {t} ms during layout"
     p.js("() => gv.hook.idle()")
     assert p.counts()["nodes"] == len(payload["nodes"])
@@ -309,4 +311,5 @@ def test_bundle_is_reproducible(tmp_path: Path) -> None:
         pytest.skip("node or js/node_modules missing: cd js && npm ci")
     out = tmp_path / "widget.js"
     subprocess.run(["node", "build.mjs", f"--outfile={out}"], cwd=js, check=True, capture_output=True)
-    assert out.read_bytes() == BUNDLE.read_bytes(), "gradviz_nb/static/widget.js is stale: cd js && npm run build"
+    stale = "gradviz_nb/static/widget.js is stale: cd js && npm run build"
+    assert out.read_bytes() == BUNDLE.read_bytes(), stale

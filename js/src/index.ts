@@ -66,11 +66,13 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   let running = 0;
 
   const view = new GraphView(canvas, theme, {
+    // A click on a box means open / close (it does not select: a panel popping up on every open
+    // would cover the graph). Python can still select a call by setting `selected`.
     tap(key, kind) {
       const id = key.slice(2);
       if (kind === "collapsed") changeExpanded(expand(expanded, id, index), key);
       else if (kind === "expanded") changeExpanded(collapse(expanded, id, index), key);
-      setSelected(id);
+      else setSelected(id);
     },
     background: () => setSelected(""),
   });

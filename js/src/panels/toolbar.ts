@@ -45,7 +45,7 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     message,
     setCounts: (text) => setText(counts, text),
     setNotes(notes) {
-      info.replaceChildren(...notes.map((n) => h("p", {}, "ⓘ " + n)));
+      info.replaceChildren(...notes.map((n) => h("p", {}, n)));
     },
     setMessage(text) {
       setText(message, text);

@@ -3,7 +3,7 @@ import cytoscape from "cytoscape";
 import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytoscape";
 import { collapsedLabel, expandedLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
-import { LayoutEngine, type Size } from "./layout";
+import { LayoutEngine, type Point, type Size } from "./layout";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import type { Theme } from "./theme";
 
@@ -18,6 +18,9 @@ export interface Anchor {
   key: string;
   rendered: { x: number; y: number };
 }
+
+/** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
+const READABLE_ZOOM = 0.75;
 
 export class GraphView {
   readonly cy: Core;
@@ -56,7 +59,7 @@ export class GraphView {
     const sizes = new Map<string, Size>();
     for (const item of graph.items) if (item.type !== "expanded") sizes.set(item.key, this.measure(item));
     const started = performance.now();
-    const positions = await this.engine.layout(graph, (key) => sizes.get(key)!);
+    const { positions, routes } = await this.engine.layout(graph, (key) => sizes.get(key)!);
     if (generation !== this.generation) return false;
     this.lastLayoutMs = performance.now() - started;
     const elements: ElementDefinition[] = [];
@@ -76,9 +79,14 @@ export class GraphView {
       });
     }
     for (const e of graph.edges) {
+      const route = routes.get(e.key);
+      const s = positions.get(e.source);
+      const t = positions.get(e.target);
+      const segments = route && s && t ? toSegments(route, s, t) : null;
       elements.push({
         group: "edges",
-        data: { id: e.key, source: e.source, target: e.target, count: e.count, countLabel: "×" + e.count },
+        data: { id: e.key, source: e.source, target: e.target, count: e.count, countLabel: "×" + e.count, ...segments },
+        classes: segments ? (segments.ws ? "routed" : "pinned") : "",
       });
     }
     const selected = this.cy.$("node:selected").map((n) => n.id());
@@ -88,7 +96,7 @@ export class GraphView {
       for (const id of selected) this.cy.getElementById(id).select();
     });
     if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
-    else if (options.fit) this.fit();
+    else if (options.fit) this.fitReadable();
     return true;
   }
 
@@ -114,6 +122,19 @@ export class GraphView {
       this.cy.zoom(1.25);
       this.cy.center();
     }
+  }
+
+  /** Fit, unless that makes labels unreadable: then show the top (the inputs) at a readable zoom,
+   *  centred on the first row of nodes. */
+  fitReadable(): void {
+    this.fit();
+    const leaves = this.cy.nodes().filter((n) => !n.isParent());
+    if (this.cy.zoom() >= READABLE_ZOOM || leaves.empty()) return;
+    const top = Math.min(...leaves.map((n) => n.boundingBox().y1));
+    const firstRow = leaves.filter((n) => n.boundingBox().y1 < top + 120);
+    const bb = firstRow.boundingBox();
+    this.cy.zoom(READABLE_ZOOM);
+    this.cy.pan({ x: this.cy.width() / 2 - (READABLE_ZOOM * (bb.x1 + bb.x2)) / 2, y: 40 - READABLE_ZOOM * top });
   }
 
   zoomReset(): void {
@@ -182,4 +203,28 @@ function labelOf(item: VisibleItem): string {
     case "expanded":
       return expandedLabel(item.call);
   }
+}
+
+/** ELK's orthogonal route as Cytoscape `segments` data: endpoints relative to the node centres,
+ *  bend points as (weight, distance) along / across the line between the two endpoints. */
+export function toSegments(route: Point[], source: Point, target: Point): Record<string, unknown> | null {
+  if (route.length < 2) return null;
+  const start = route[0];
+  const end = route[route.length - 1];
+  const rel = (p: Point, c: Point): string => `${(p.x - c.x).toFixed(1)}px ${(p.y - c.y).toFixed(1)}px`;
+  if (route.length === 2) return { sep: rel(start, source), tep: rel(end, target) };
+  const dx = end.x - start.x;
+  const dy = end.y - start.y;
+  const len2 = dx * dx + dy * dy;
+  if (len2 < 1e-6) return null;
+  const len = Math.sqrt(len2);
+  const ws: number[] = [];
+  const ds: number[] = [];
+  for (const p of route.slice(1, -1)) {
+    const px = p.x - start.x;
+    const py = p.y - start.y;
+    ws.push((px * dx + py * dy) / len2);
+    ds.push((px * -dy + py * dx) / len);
+  }
+  return { ws, ds, sep: rel(start, source), tep: rel(end, target) };
 }

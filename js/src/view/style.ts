@@ -81,7 +81,7 @@ export function stylesheet(t: Theme): StylesheetJson {
         "target-arrow-color": t.edge,
         "target-arrow-shape": "triangle",
         "arrow-scale": 0.8,
-        "curve-style": "bezier",
+        "curve-style": "straight",
         "font-family": t.fontFamily,
         "font-size": 9,
         color: t.textMuted,
@@ -92,6 +92,23 @@ export function stylesheet(t: Theme): StylesheetJson {
       },
     },
     { selector: "edge[count > 1]", style: { label: "data(countLabel)" } },
+    {
+      // Follow ELK's orthogonal routes instead of cutting straight through other nodes.
+      selector: "edge.routed",
+      style: {
+        "curve-style": "round-segments",
+        "segment-weights": "data(ws)",
+        "segment-distances": "data(ds)",
+        "segment-radii": 6,
+        "edge-distances": "endpoints",
+        "source-endpoint": "data(sep)",
+        "target-endpoint": "data(tep)",
+      } as Record<string, unknown>,
+    },
+    {
+      selector: "edge.pinned",
+      style: { "source-endpoint": "data(sep)", "target-endpoint": "data(tep)" } as Record<string, unknown>,
+    },
     { selector: "edge.hl", style: { "line-color": t.brand, "target-arrow-color": t.brand } },
   ];
 }

@@ -1,0 +1,98 @@
+// The ELK graph for a visible quotient graph, and ELK's answer turned into absolute positions and
+// edge routes. Pure (no worker, no DOM): unit-testable in node with elkjs's bundled build.
+import type { ElkExtendedEdge, ElkNode } from "elkjs/lib/elk-api";
+import type { VisibleGraph } from "../state/quotient";
+
+export interface Size {
+  width: number;
+  height: number;
+}
+
+/** Space ELK keeps inside an expanded box; the top is larger to hold the header label. */
+export const BOX_PADDING = { top: 34, side: 12 };
+
+export interface Point {
+  x: number;
+  y: number;
+}
+
+export interface Layout {
+  /** Centre positions of the non-compound items (compound boxes follow their children). */
+  positions: Map<string, Point>;
+  /** Edge key -> ELK's route in absolute coordinates: start, bends, end. */
+  routes: Map<string, Point[]>;
+}
+
+const ROOT_OPTIONS: Record<string, string> = {
+  "elk.algorithm": "layered",
+  "elk.direction": "DOWN",
+  "elk.hierarchyHandling": "INCLUDE_CHILDREN",
+  "elk.layered.spacing.nodeNodeBetweenLayers": "36",
+  "elk.spacing.nodeNode": "22",
+  "elk.layered.spacing.edgeNodeBetweenLayers": "14",
+  "elk.spacing.componentComponent": "40",
+  "elk.layered.nodePlacement.strategy": "LINEAR_SEGMENTS",
+  "elk.layered.considerModelOrder.strategy": "NODES_AND_EDGES",
+  "elk.edgeRouting": "ORTHOGONAL",
+  // Absolute edge coordinates, whatever box an edge was declared in.
+  "elk.json.edgeCoords": "ROOT",
+};
+
+/** The ELK graph: expanded boxes nest their members; each edge lives in its endpoints' common box. */
+export function toElk(graph: VisibleGraph, sizeOf: (key: string) => Size): ElkNode {
+  const root: ElkNode = { id: "__root__", layoutOptions: { ...ROOT_OPTIONS }, children: [], edges: [] };
+  const elkOf = new Map<string, ElkNode>([["__root__", root]]);
+  const parentOf = new Map<string, string>();
+  for (const item of graph.items) {
+    const node: ElkNode =
+      item.type === "expanded"
+        ? {
+            id: item.key,
+            children: [],
+            edges: [],
+            layoutOptions: {
+              "elk.padding": `[top=${BOX_PADDING.top},left=${BOX_PADDING.side},bottom=${BOX_PADDING.side},right=${BOX_PADDING.side}]`,
+            },
+          }
+        : { id: item.key, ...sizeOf(item.key) };
+    elkOf.set(item.key, node);
+    parentOf.set(item.key, item.parent ?? "__root__");
+  }
+  // Items come parents first, so each parent exists by the time its children are attached.
+  for (const item of graph.items) {
+    const parent = elkOf.get(item.parent ?? "__root__") ?? root;
+    parent.children!.push(elkOf.get(item.key)!);
+  }
+  const ancestors = (key: string): string[] => {
+    const out: string[] = [];
+    for (let k = parentOf.get(key); k !== undefined; k = parentOf.get(k)) out.push(k);
+    return out;
+  };
+  for (const e of graph.edges) {
+    const up = new Set(ancestors(e.source));
+    const common = ancestors(e.target).find((k) => up.has(k)) ?? "__root__";
+    const edge: ElkExtendedEdge = { id: e.key, sources: [e.source], targets: [e.target] };
+    (elkOf.get(common) ?? root).edges!.push(edge);
+  }
+  return root;
+}
+
+/** ELK positions are relative to the parent box and top-left based; Cytoscape wants absolute centres. */
+export function fromElk(root: ElkNode): Layout {
+  const out = new Map<string, Point>();
+  const routes = new Map<string, Point[]>();
+  const walk = (node: ElkNode, dx: number, dy: number): void => {
+    for (const edge of node.edges ?? []) {
+      const section = edge.sections?.[0];
+      if (section) routes.set(edge.id, [section.startPoint, ...(section.bendPoints ?? []), section.endPoint]);
+    }
+    for (const child of node.children ?? []) {
+      const x = dx + (child.x ?? 0);
+      const y = dy + (child.y ?? 0);
+      if (child.children && child.children.length > 0) walk(child, x, y);
+      else out.set(child.id, { x: x + (child.width ?? 0) / 2, y: y + (child.height ?? 0) / 2 });
+    }
+  };
+  walk(root, 0, 0);
+  return { positions: out, routes };
+}
