@@ -82,8 +82,15 @@ def browser() -> Iterator[Any]:
 class Page:
     """One page with the widget mounted, plus what it logged."""
 
-    def __init__(self, browser: Any, tmp_path: Path, payload: dict[str, Any], expanded: list[str] | None = None,
-                 height: int = 600, width: int = 1000) -> None:
+    def __init__(
+        self,
+        browser: Any,
+        tmp_path: Path,
+        payload: dict[str, Any],
+        expanded: list[str] | None = None,
+        height: int = 600,
+        width: int = 1000,
+    ) -> None:
         self.errors: list[str] = []
         self.dialogs: list[str] = []
         self.page = browser.new_page(viewport={"width": width + 40, "height": height + 200})
@@ -136,8 +143,10 @@ def test_renders_nodes_and_boxes(browser: Any, tmp_path: Path) -> None:
 
 def test_click_box_expands_then_collapses_keeping_its_place(browser: Any, tmp_path: Path) -> None:
     p = Page(browser, tmp_path, load_fixture("nested_modules.json"))
-    top_of = ("() => { const b = gv.hook.cy.$id('c:blocks.0').renderedBoundingBox({includeLabels: false});"
-              " return {x: (b.x1 + b.x2) / 2, y: b.y1}; }")
+    top_of = (
+        "() => { const b = gv.hook.cy.$id('c:blocks.0').renderedBoundingBox({includeLabels: false});"
+        " return {x: (b.x1 + b.x2) / 2, y: b.y1}; }"
+    )
     before = p.js(top_of)
     p.click_box("blocks.0")
     assert p.js("() => gv.model.state.expanded") == ["blocks.0"]
@@ -191,8 +200,10 @@ def test_python_side_changes_are_followed(browser: Any, tmp_path: Path) -> None:
     assert p.counts()["expanded"] == 1
     p.js("() => gv.model.set('selected', '13')")
     assert "MseLossBackward0" in p.page.locator("[data-testid=gradviz-details]").inner_text()
-    p.js("() => gv.model.set('graph_data', {...gv.model.state.graph_data, calls: [],"
-         " nodes: gv.model.state.graph_data.nodes.map((n) => ({...n, call: ''}))})")
+    p.js(
+        "() => gv.model.set('graph_data', {...gv.model.state.graph_data, calls: [],"
+        " nodes: gv.model.state.graph_data.nodes.map((n) => ({...n, call: ''}))})"
+    )
     p.js("() => gv.hook.idle()")
     assert p.counts() == {"nodes": 14, "collapsed": 0, "expanded": 0, "edges": 16}
     # Cleanup removes everything it added.
@@ -243,9 +254,21 @@ def synthetic_payload(n_blocks: int, ops_per_block: int, with_calls: bool = True
 
     def add(kind: str, op: str, call: str, names: list[str] | None = None) -> str:
         nid = str(len(nodes))
-        nodes.append({"id": nid, "kind": kind, "op": op, "label": op.replace("Backward0", ""), "module": call,
-                      "call": call, "names": names or [], "shape": [8, 64], "dtype": "float32",
-                      "requires_grad": True, "saved": []})
+        nodes.append(
+            {
+                "id": nid,
+                "kind": kind,
+                "op": op,
+                "label": op.replace("Backward0", ""),
+                "module": call,
+                "call": call,
+                "names": names or [],
+                "shape": [8, 64],
+                "dtype": "float32",
+                "requires_grad": True,
+                "saved": [],
+            }
+        )
         return nid
 
     def link(s: str, t: str) -> None:
@@ -270,9 +293,19 @@ def synthetic_payload(n_blocks: int, ops_per_block: int, with_calls: bool = True
     link(prev, root)
     for c in calls:
         c["size"] = sum(1 for n in nodes if n["call"] == c["id"])
-    return {"version": 1, "nodes": nodes, "edges": edges, "calls": calls,
-            "meta": {"torch_version": "", "captured": with_calls, "notes": [], "num_nodes": len(nodes),
-                     "num_edges": len(edges)}}
+    return {
+        "version": 1,
+        "nodes": nodes,
+        "edges": edges,
+        "calls": calls,
+        "meta": {
+            "torch_version": "",
+            "captured": with_calls,
+            "notes": [],
+            "num_nodes": len(nodes),
+            "num_edges": len(edges),
+        },
+    }
 
 
 def test_layout_time_500_nodes(browser: Any, tmp_path: Path) -> None:
@@ -296,8 +329,10 @@ def test_huge_graph_without_calls_warns_and_stays_responsive(browser: Any, tmp_p
     p.js("(g) => { gv.model.set('graph_data', g); }", payload)
     assert p.page.locator("[data-testid=gradviz-spinner]").is_visible()
     assert "Large graph" in p.page.locator("[data-testid=gradviz-message]").inner_text()
-    t = p.js("() => { const t0 = performance.now();"
-             " return new Promise((r) => setTimeout(() => r(performance.now() - t0), 0)); }")
+    t = p.js(
+        "() => { const t0 = performance.now();"
+        " return new Promise((r) => setTimeout(() => r(performance.now() - t0), 0)); }"
+    )
     assert t < 500, f"main thread blocked for {t} ms during layout"
     p.js("() => gv.hook.idle()")
     assert p.counts()["nodes"] == len(payload["nodes"])
