@@ -4,6 +4,7 @@ import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytosca
 import { collapsedLabel, expandedLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { LayoutEngine, type Point, type Size } from "./layout";
+import { toSegments } from "./segments";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import type { Theme } from "./theme";
 
@@ -21,6 +22,8 @@ export interface Anchor {
 
 /** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
 const READABLE_ZOOM = 0.75;
+
+type FindNearest = (x: number, y: number, interactiveOnly: boolean, isTouch: boolean) => { id(): string } | null;
 
 export class GraphView {
   readonly cy: Core;
@@ -153,15 +156,32 @@ export class GraphView {
     });
   }
 
-  /** Page (client) coordinates of an element: the centre of a node or collapsed box, a point just
-   *  inside the top edge of an expanded box (its background, not a child). For real mouse clicks. */
+  /** Page (client) coordinates to click an element with a real mouse: the centre of a node or
+   *  collapsed box; for an expanded box, a point of its header strip that Cytoscape's own hit test
+   *  gives to the box (not a child, not a label of something else). Null when not drawn. */
   clientPoint(key: string): { x: number; y: number } | null {
     const n = this.cy.getElementById(key) as NodeSingular;
     if (n.empty()) return null;
     const rect = this.cy.container()!.getBoundingClientRect();
+    const client = (p: Point) => ({ x: rect.left + p.x, y: rect.top + p.y });
+    if (!n.isParent()) return client(n.renderedPosition());
     const bb = n.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
-    const point = n.isParent() ? { x: (bb.x1 + bb.x2) / 2, y: bb.y1 + 4 } : n.renderedPosition();
-    return { x: rect.left + point.x, y: rect.top + point.y };
+    const withLabel = n.renderedBoundingBox({ includeLabels: true, includeOverlays: false });
+    const mid = (bb.x1 + bb.x2) / 2;
+    const candidates: Point[] = [];
+    for (const y of [bb.y1 + 4, (withLabel.y1 + bb.y1) / 2, bb.y1 + 9]) {
+      for (let dx = 0; dx < (bb.x2 - bb.x1) / 2 - 2; dx += 4) candidates.push({ x: mid - dx, y }, { x: mid + dx, y });
+    }
+    const hitTest = (this.cy as unknown as { renderer(): { findNearestElement?: FindNearest } }).renderer().findNearestElement;
+    if (!hitTest) return client(candidates[0]);
+    const pan = this.cy.pan();
+    const zoom = this.cy.zoom();
+    const renderer = (this.cy as unknown as { renderer(): unknown }).renderer();
+    const hit = candidates.find((p) => {
+      const el = hitTest.call(renderer, (p.x - pan.x) / zoom, (p.y - pan.y) / zoom, true, false);
+      return !!el && el.id() === key;
+    });
+    return client(hit ?? candidates[0]);
   }
 
   resize(): void {
@@ -203,28 +223,4 @@ function labelOf(item: VisibleItem): string {
     case "expanded":
       return expandedLabel(item.call);
   }
-}
-
-/** ELK's orthogonal route as Cytoscape `segments` data: endpoints relative to the node centres,
- *  bend points as (weight, distance) along / across the line between the two endpoints. */
-export function toSegments(route: Point[], source: Point, target: Point): Record<string, unknown> | null {
-  if (route.length < 2) return null;
-  const start = route[0];
-  const end = route[route.length - 1];
-  const rel = (p: Point, c: Point): string => `${(p.x - c.x).toFixed(1)}px ${(p.y - c.y).toFixed(1)}px`;
-  if (route.length === 2) return { sep: rel(start, source), tep: rel(end, target) };
-  const dx = end.x - start.x;
-  const dy = end.y - start.y;
-  const len2 = dx * dx + dy * dy;
-  if (len2 < 1e-6) return null;
-  const len = Math.sqrt(len2);
-  const ws: number[] = [];
-  const ds: number[] = [];
-  for (const p of route.slice(1, -1)) {
-    const px = p.x - start.x;
-    const py = p.y - start.y;
-    ws.push((px * dx + py * dy) / len2);
-    ds.push((px * -dy + py * dx) / len);
-  }
-  return { ws, ds, sep: rel(start, source), tep: rel(end, target) };
 }

@@ -89,6 +89,8 @@ export function stylesheet(t: Theme): StylesheetJson {
         "text-background-opacity": 0.85,
         "text-background-padding": "1px",
         "min-zoomed-font-size": 7,
+        // Edges take no clicks: a click on an edge drawn across a box's header goes to the box.
+        events: "no",
       },
     },
     { selector: "edge[count > 1]", style: { label: "data(countLabel)" } },
