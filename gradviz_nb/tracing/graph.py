@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
+
+if TYPE_CHECKING:
+    from gradviz_nb.analysis.what_if import WhatIf
 
 
 class AutogradGraph:
@@ -62,6 +65,22 @@ class AutogradGraph:
             return leaves[name]
         close = [n for n in leaves if name in n][:5]
         raise KeyError(f"no node or leaf named {name!r}" + (f"; did you mean {close}?" if close else ""))
+
+    def what_if(self, detach: Iterable[object] = (), freeze: Iterable[str] = ()) -> WhatIf:
+        """Which leaves would lose their gradient if ``detach`` were detached and ``freeze`` frozen.
+
+        ``detach``: ``(node id, output_nr)`` pairs, node ids (all their outputs) or module paths / call
+        ids (that call's outputs). ``freeze``: leaf names, leaf ids or module paths (all their
+        parameters). Pure graph reasoning, no torch; ``GraphWidget.from_fn`` checks it by re-running.
+
+        Example::
+
+            g.what_if(detach=["blocks.3"]).lost      # ["blocks.0.attn.c_attn.weight", ...]
+            g.what_if(freeze=["fc1"])                 # <WhatIf 2 of 4 leaves lose gradient: ...>
+        """
+        from gradviz_nb.analysis.what_if import what_if  # analysis builds on tracing, not the reverse
+
+        return what_if(self.nx, detach, freeze)
 
     def summary(self) -> str:
         """One line per kind and the most common ops, for a quick look."""
