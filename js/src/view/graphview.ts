@@ -22,6 +22,7 @@ export interface Anchor {
 
 /** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
 const READABLE_ZOOM = 0.75;
+const POINTER_EVENTS = ["mousedown", "touchstart", "pointerdown", "wheel", "mouseover"] as const;
 
 type FindNearest = (x: number, y: number, interactiveOnly: boolean, isTouch: boolean) => { id(): string } | null;
 
@@ -32,6 +33,8 @@ export class GraphView {
   private measureCtx: CanvasRenderingContext2D | null;
   private theme: Theme;
   lastLayoutMs = 0;
+  private invalidateOffsets: () => void;
+  private container: HTMLElement;
 
   constructor(container: HTMLElement, theme: Theme, handlers: ViewHandlers) {
     this.theme = theme;
@@ -46,6 +49,17 @@ export class GraphView {
       selectionType: "single",
       autoungrabify: true,
     });
+    // Cytoscape caches the canvas's page offset and drops the cache on scroll events of the
+    // ancestors it saw when created. anywidget may render before `el` is in the page, so a
+    // notebook scrolling later goes unseen and clicks land beside their target. Drop the cache
+    // ourselves before every pointer interaction (capture phase: before Cytoscape's handlers).
+    this.invalidateOffsets = () => {
+      const r = (this.cy as unknown as { renderer(): { invalidateContainerClientCoordsCache?(): void } }).renderer();
+      if (r.invalidateContainerClientCoordsCache) r.invalidateContainerClientCoordsCache();
+      else this.cy.resize();
+    };
+    this.container = container;
+    for (const type of POINTER_EVENTS) container.addEventListener(type, this.invalidateOffsets, { capture: true, passive: true });
     let lastEvent: Event | undefined;
     this.cy.on("tap", (e: EventObject) => {
       // One physical click can reach us more than once while bubbling through compound parents.
@@ -189,6 +203,7 @@ export class GraphView {
   }
 
   destroy(): void {
+    for (const type of POINTER_EVENTS) this.container.removeEventListener(type, this.invalidateOffsets, { capture: true });
     this.generation++;
     this.engine.dispose();
     this.cy.destroy();
