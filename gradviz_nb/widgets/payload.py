@@ -27,7 +27,8 @@ def to_payload(graph: AutogradGraph) -> dict[str, Any]:
         "num_nodes": g.number_of_nodes(),
         "num_edges": len(edges),
     }
-    return {"version": 1, "nodes": nodes, "edges": edges, "calls": graph.calls, "meta": meta}
+    ghosts = list(g.graph.get("ghosts", []))
+    return {"version": 1, "nodes": nodes, "edges": edges, "calls": graph.calls, "ghosts": ghosts, "meta": meta}
 
 
 def initial_expanded(graph: AutogradGraph, budget: int = INITIAL_VISIBLE) -> list[str]:

@@ -65,5 +65,65 @@ export interface GraphPayload {
   edges: GraphEdge[];
   /** Parents always appear before their children. */
   calls: ModuleCall[];
+  /** Detached / frozen tensors seen in the forward pass but absent from the backward graph. */
+  ghosts: GhostTensor[];
   meta: GraphMeta;
+}
+
+/**
+ * Tensors seen in the forward pass that are NOT in the backward graph because they never required
+ * grad there: the result of a `.detach()` (or `.data`) call, or a frozen parameter. Drawn greyed, with
+ * dashed edges, so a user sees where a gradient path was cut. Only present when traced with capture.
+ * They take no part in what-if reasoning.
+ */
+export interface GhostTensor {
+  id: string;
+  kind: "detached" | "frozen";
+  /** e.g. "detach()" or the frozen parameter's name. Plain text. */
+  label: string;
+  /** Frozen parameters: every name of the tensor. */
+  names: string[];
+  shape: number[] | null;
+  /** Node whose output was detached, with which output; null for frozen parameters. */
+  source: string | null;
+  output_nr: number;
+  /** Graph nodes that consumed the ghost in the forward pass (may be empty). */
+  targets: string[];
+  /** Module call it belongs to ("" = top level), like GraphNode.call. */
+  call: string;
+}
+
+/**
+ * The user's what-if toggles (synced trait `toggles`). Items are strings:
+ * - detach: "<node id>:<output_nr>" (one tensor), "<node id>" (every output of a node),
+ *           "call:<call id>" (every tensor leaving that module call's box);
+ * - freeze: "<leaf node id>" or "call:<call id>" (every leaf whose name is under that call's path).
+ */
+export interface Toggles {
+  detach: string[];
+  freeze: string[];
+}
+
+/** The answer to a set of toggles; computed in the page and by Python's `what_if` alike. */
+export interface WhatIfAnswer {
+  /** Leaf node ids that would get no gradient. */
+  lost: string[];
+  /** Op and leaf node ids backward would no longer run. */
+  pruned: string[];
+  /** Ops + leaves that still run, and their total (roots excluded). */
+  runs: number;
+  total: number;
+}
+
+/** Result of a verified re-run (GraphWidget.from_fn), synced trait `verified` ({} when none). */
+export interface Verification {
+  /** The toggles this verification ran with (it is stale if they changed since). */
+  toggles: Toggles;
+  /** Leaf names predicted to lose gradient, and those whose .grad really was None. */
+  predicted_lost: string[];
+  actual_lost: string[];
+  agree: boolean;
+  /** Toggles that could not be applied in the re-run (e.g. a tensor internal to a fused op). */
+  unverifiable: string[];
+  error: string;
 }
