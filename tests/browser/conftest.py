@@ -50,8 +50,10 @@ def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabS
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
+    """Headless Chromium. Module scope, not session: only one Playwright sync API may be live at a
+    time, and other test modules (tests/test_frontend_bundle.py) start their own."""
     _require_chromium()
     from playwright.sync_api import sync_playwright
 
@@ -107,9 +109,9 @@ def screenshot_dir() -> Path:
 
 @pytest.fixture
 def stopwatch() -> Iterator[dict[str, float]]:
-    """Named timings a test records; printed at the end (visible with -s or in -rA)."""
+    """Named timings (float seconds) and counts (int) a test records; printed at the end (-s)."""
     marks: dict[str, float] = {}
     t0 = time.monotonic()
     yield marks
     marks["total"] = time.monotonic() - t0
-    print("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in marks.items()))
+    print("timings: " + ", ".join(f"{k} {v:.1f} s" if isinstance(v, float) else f"{k} {v}" for k, v in marks.items()))

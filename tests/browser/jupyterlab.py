@@ -12,6 +12,7 @@ connected before the first key press, and each cell must show an `[n]:` prompt a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -55,11 +56,15 @@ LAB_SETTINGS: dict[str, dict[str, Any]] = {
 # matched narrowly and explained; anything else on the console fails the test.
 BENIGN_CONSOLE_ERRORS: list[tuple[re.Pattern[str], str]] = [
     # The lab page asks the server for a favicon variant / translations it does not serve.
-    (re.compile(r"Failed to load resource: the server responded with a status of 404"), "404 on"
-     " optional resources (favicon variants, language packs)"),
+    (
+        re.compile(r"Failed to load resource: the server responded with a status of 404"),
+        "404 on optional resources (favicon variants, language packs)",
+    ),
     # Kernel websocket reconnect chatter when a kernel is shut down at the end of a test.
-    (re.compile(r"WebSocket connection to 'ws://127\.0\.0\.1:\d+/api/kernels/.*' failed"),
-     "kernel websocket closed during teardown"),
+    (
+        re.compile(r"WebSocket connection to 'ws://127\.0\.0\.1:\d+/api/kernels/.*' failed"),
+        "kernel websocket closed during teardown",
+    ),
 ]
 
 
@@ -115,10 +120,18 @@ class JupyterLabServer:
         workspaces = self.base / "lab-workspaces"
         workspaces.mkdir(exist_ok=True)
         cmd = [
-            self.python, "-m", "jupyter", "lab",
-            "--no-browser", "--ip", "127.0.0.1", "--port", str(self.port),
+            self.python,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
             "--ServerApp.port_retries=0",
-            "--ServerApp.token=", "--ServerApp.password=",
+            "--ServerApp.token=",
+            "--ServerApp.password=",
             "--ServerApp.disable_check_xsrf=True",
             "--allow-root",
             f"--ServerApp.root_dir={self.root}",
@@ -130,8 +143,13 @@ class JupyterLabServer:
         t0 = time.monotonic()
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            cmd, env=self._env(), cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            cmd,
+            env=self._env(),
+            cwd=self.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
@@ -174,10 +192,8 @@ class JupyterLabServer:
     def shutdown_sessions(self) -> None:
         """End every kernel session, so the next test starts from a quiet server."""
         for s in self.get("/api/sessions"):
-            try:
+            with contextlib.suppress(urllib.error.HTTPError):  # already gone
                 self.delete(f"/api/sessions/{s['id']}")
-            except urllib.error.HTTPError:
-                pass
 
     # --- notebooks ----------------------------------------------------------------------------
     def write_notebook(self, name: str, cells: Iterable[str]) -> str:
@@ -190,8 +206,14 @@ class JupyterLabServer:
                 "language_info": {"name": "python"},
             },
             "cells": [
-                {"cell_type": "code", "id": f"cell-{i}", "metadata": {}, "source": src,
-                 "outputs": [], "execution_count": None}
+                {
+                    "cell_type": "code",
+                    "id": f"cell-{i}",
+                    "metadata": {},
+                    "source": src,
+                    "outputs": [],
+                    "execution_count": None,
+                }
                 for i, src in enumerate(cells)
             ],
         }
@@ -237,9 +259,7 @@ class LabNotebook:
     def open(self, timeout: float = 60.0) -> LabNotebook:
         # `?reset` drops the saved workspace, so tabs from earlier tests do not reopen.
         self.page.goto(f"{self.server.url}/lab/tree/{self.path}?reset", timeout=timeout * 1000)
-        self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(
-            timeout=timeout * 1000
-        )
+        self.page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=timeout * 1000)
         self.wait_kernel_ready(timeout)
         return self
 
@@ -335,6 +355,19 @@ class LabNotebook:
                 return False
             time.sleep(0.1)
         raise TimeoutError(f"cell {index} still running after {timeout} s (prompt {p!r})")
+
+    def activate_cell(self, index: int) -> None:
+        """Make a cell the active one by clicking its input prompt, as a person would.
+
+        Clicking inside an output activates its cell too, and JupyterLab then scrolls that cell
+        into view *between mousedown and mouseup*: a canvas sees a drag, not a click. Activate first,
+        let the scroll settle, then aim.
+        """
+        self.cell(index).locator(".jp-InputPrompt").first.click()
+        self.poll(
+            lambda: "jp-mod-active" in (self.cell(index).get_attribute("class") or ""),
+            what=f"cell {index} active",
+        )
 
     def run_all(self, timeout: float = 300.0) -> list[str]:
         return [self.run_cell(i, timeout=timeout) for i in range(self.cell_count())]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ with gv.capture(model) as cap:
     loss = gpt2_loss(model, batch=1, seq=16, seed=0)
 w = gv.GraphWidget(loss, model=model, capture=cap)
 w""",
-    "print('EXPANDED', sorted(w.expanded))",
+    "import json\nprint('EXPANDED', json.dumps(sorted(w.expanded)))",
 ]
 BOX = "blocks.3"
 
@@ -94,24 +95,49 @@ POINT_JS = """(root, id) => {
 def _expanded_in_kernel(nb: LabNotebook) -> list[str]:
     out = nb.run_cell(1)
     line = next(ln for ln in out.splitlines() if ln.startswith("EXPANDED"))
-    return eval(line.removeprefix("EXPANDED"))  # a printed list of str  # noqa: S307
+    return list(json.loads(line.removeprefix("EXPANDED")))
 
 
-def _click_box(page: Page, root, box: str) -> None:  # type: ignore[no-untyped-def]
-    """Click a module box where it is drawn, once the page has stopped moving."""
+def _steady_point(root, box: str) -> dict:  # type: ignore[no-untyped-def]
+    """The click point for `box`, once it has stayed put for 3 readings (0.45 s).
+
+    After a cell runs, JupyterLab scrolls the active cell into view a moment later; a point read
+    before that scroll lands beside the box.
+    """
     root.scroll_into_view_if_needed()
-    point, previous = None, {}
-    for _ in range(50):  # the same point twice in a row: no scroll or layout animation in flight
-        point = root.evaluate(POINT_JS, box)
-        if point == previous:
+    readings: list[dict] = []
+    for _ in range(60):
+        readings = [*readings[-2:], root.evaluate(POINT_JS, box)]
+        if len(readings) == 3 and readings[0] == readings[1] == readings[2]:
             break
-        previous = point
-        time.sleep(0.1)
+        time.sleep(0.15)
+    point = readings[-1]
     assert point is not None, f"no box {box!r} on the canvas"
     assert point["hitsBox"], f"no point on box {box!r} that a click would give to the box"
     assert point["onWidget"], f"box {box!r} at {point} is covered or off-screen"
-    page.mouse.move(point["x"], point["y"])
-    page.mouse.click(point["x"], point["y"])
+    return point
+
+
+def _click_box_until(nb: LabNotebook, root, box: str, done, what: str) -> tuple[dict, int]:  # type: ignore[no-untyped-def]
+    """Real mouse click on `box`, then wait until `done(state)`; returns (state, clicks used).
+
+    One more click if nothing at all changed within 5 s (in case the page moved between aiming and
+    clicking; the test reports how many clicks it took); a click that changes the wrong thing fails
+    at once.
+    """
+    before = root.evaluate(STATE_JS)
+    for clicks in (1, 2):
+        nb.activate_cell(0)  # the widget's cell; see LabNotebook.activate_cell
+        p = _steady_point(root, box)
+        nb.page.mouse.move(p["x"], p["y"])
+        nb.page.mouse.click(p["x"], p["y"])
+        try:
+            state = nb.poll(lambda: (s := root.evaluate(STATE_JS)) != before and s, 5.0, what)
+        except TimeoutError:
+            continue
+        assert done(state), f"{what}: the click changed the view to {state}"
+        return state, clicks
+    raise TimeoutError(f"{what}: two clicks on {box!r} changed nothing; state {before}")
 
 
 def test_gpt2_widget_expand_and_collapse_by_mouse(
@@ -141,11 +167,10 @@ def test_gpt2_widget_expand_and_collapse_by_mouse(
     assert BOX not in _expanded_in_kernel(nb)
 
     # Open blocks.3 with a real mouse click on its box.
-    _click_box(page, root, BOX)
-    opened = nb.poll(
-        lambda: (s := root.evaluate(STATE_JS))["counts"]["nodes"] > start["counts"]["nodes"] and s,
-        what=f"{BOX} expanded on the canvas",
+    opened, clicks = _click_box_until(
+        nb, root, BOX, lambda s: s["counts"]["nodes"] > start["counts"]["nodes"], f"{BOX} expands"
     )
+    stopwatch["expand clicks"] = clicks
     assert opened["cyNodes"] > start["cyNodes"]
     assert opened["counts"]["expanded"] == start["counts"]["expanded"] + 1
     assert BOX in _expanded_in_kernel(nb), "the click did not reach the kernel's `expanded` trait"
@@ -154,11 +179,8 @@ def test_gpt2_widget_expand_and_collapse_by_mouse(
     lap("expand by click")
 
     # Close it again by clicking the open box's header.
-    _click_box(page, root, BOX)
-    closed = nb.poll(
-        lambda: (s := root.evaluate(STATE_JS))["counts"] == start["counts"] and s,
-        what=f"{BOX} collapsed again",
-    )
+    closed, clicks = _click_box_until(nb, root, BOX, lambda s: s["counts"] == start["counts"], f"{BOX} collapses")
+    stopwatch["collapse clicks"] = clicks
     assert closed["cyNodes"] == start["cyNodes"]
     assert BOX not in _expanded_in_kernel(nb)
     lap("collapse by click")
