@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.ghosts import Ghost, GhostObserver
 
 
 def _sequence_counter() -> int:
@@ -51,6 +52,7 @@ class ModuleCall:
     parent: ModuleCall | None
     start: int
     end: int = -1  # -1 while the call is running
+    index: int = 1  # 1 for the first call of this path in the capture (in watch mode: in its forward)
 
 
 @dataclass
@@ -70,7 +72,7 @@ class Capture:
         gv.GraphWidget(loss, capture=cap)
     """
 
-    def __init__(self, model: nn.Module, keep_forwards: int | None = None) -> None:
+    def __init__(self, model: nn.Module, keep_forwards: int | None = None, ghosts: bool = True) -> None:
         if not isinstance(model, nn.Module):
             raise GradvizError(f"gv.capture expects an nn.Module, got {type(model).__name__}.")
         _sequence_counter()  # check the private API exists before any forward runs
@@ -78,6 +80,8 @@ class Capture:
         self._forwards: deque[_Forward] = deque(maxlen=keep_forwards)
         self._stack: list[ModuleCall] = []
         self._handles: list[Any] = []
+        self._counts: dict[str, int] = {}
+        self._observer = GhostObserver(model, self._current) if ghosts else None
 
     # -- hooks -------------------------------------------------------------------------------------
     def _pre(self, path: str, module: nn.Module) -> None:
@@ -85,8 +89,11 @@ class Capture:
             return
         if not self._stack:
             self._forwards.append(_Forward())
+            if self._forwards.maxlen is not None:
+                self._counts.clear()  # watch mode: number calls within each outermost forward
+        self._counts[path] = self._counts.get(path, 0) + 1
         parent = self._stack[-1] if self._stack else None
-        call = ModuleCall(path, type(module).__name__, parent, _sequence_counter())
+        call = ModuleCall(path, type(module).__name__, parent, _sequence_counter(), index=self._counts[path])
         self._forwards[-1].calls.append(call)
         self._stack.append(call)
 
@@ -100,9 +107,14 @@ class Capture:
             if call.path == path:
                 break
 
+    def _current(self) -> ModuleCall | None:
+        return self._stack[-1] if self._stack else None
+
     def start(self) -> Capture:
         if self._handles:
             return self
+        if self._observer is not None:
+            self._observer.__enter__()  # type: ignore[no-untyped-call]
         for path, module in self.model.named_modules():
             self._handles.append(
                 module.register_forward_pre_hook(lambda m, a, p=path: self._pre(p, m))
@@ -113,6 +125,8 @@ class Capture:
         return self
 
     def stop(self) -> None:
+        if self._observer is not None and self._handles:
+            self._observer.__exit__(None, None, None)  # type: ignore[no-untyped-call]
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -133,6 +147,11 @@ class Capture:
     def calls(self) -> list[ModuleCall]:
         """All finished module calls, in the order they started (parents before children)."""
         return [c for c in itertools.chain.from_iterable(f.calls for f in self._forwards) if c.end >= 0]
+
+    @property
+    def ghosts(self) -> list[Ghost]:
+        """Detached results and frozen parameters seen in the forward (not in the backward graph)."""
+        return list(self._observer.ghosts) if self._observer is not None else []
 
     def __repr__(self) -> str:
         state = "recording" if self._handles else "stopped"
@@ -168,17 +187,19 @@ class Attribution:
         return call
 
 
-def capture(model: nn.Module) -> Capture:
+def capture(model: nn.Module, ghosts: bool = True) -> Capture:
     """Record which module call creates each autograd node made inside the ``with`` block.
 
     Hooks are added to every submodule of ``model`` on entry and all removed on exit, even if the
-    block raises. Example::
+    block raises. With ``ghosts`` (default), a ``TorchFunctionMode`` also records ``.detach()`` /
+    ``.data`` results and uses of frozen parameters, so the graph can show where gradient paths were
+    cut. Example::
 
         with gv.capture(model) as cap:
             loss = criterion(model(x), y)
         g = gv.trace(loss, model=model, capture=cap)
     """
-    return Capture(model)
+    return Capture(model, ghosts=ghosts)
 
 
 _WATCHED: dict[int, Capture] = {}
@@ -196,7 +217,9 @@ def watch(model: nn.Module) -> Capture:
         gv.GraphWidget(loss)
     """
     if id(model) not in _WATCHED:
-        _WATCHED[id(model)] = Capture(model, keep_forwards=KEEP_FORWARDS).start()
+        # No ghost observer: a TorchFunctionMode left pushed across cells would interleave with the
+        # user's own modes; ghosts need `with gv.capture(model)`.
+        _WATCHED[id(model)] = Capture(model, keep_forwards=KEEP_FORWARDS, ghosts=False).start()
     return _WATCHED[id(model)]
 
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.capture import Attribution, Capture, ModuleCall, watched
+from gradviz_nb.tracing.ghosts import Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.tracing.walk import RawNode, short_op, walk
 
@@ -50,8 +51,17 @@ def trace(
     raw, keys = walk([e.node for e in edges])
     root_edges = [(keys[e.node], int(e.output_nr)) for e in edges]
     del edges, keys  # drop every autograd Node reference
+    leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
     leaf_names = _leaf_names(raw, model, names)
     graph = _build(raw, root_edges, tensors, leaf_names, [c for cap in captures for c in cap.calls])
+    ghosts = _relevant_ghosts(graph, [gh for cap in captures for gh in cap.ghosts], leaf_of_tensor)
+    call_ids = _name_calls(graph, [gh.call for gh, _, _ in ghosts])
+    graph.graph["ghosts"] = [
+        {"id": f"g{i}", "kind": gh.kind, "label": gh.label, "names": [gh.label] if gh.kind == "frozen" else [],
+         "shape": gh.shape, "source": source, "output_nr": gh.output_nr, "targets": targets,
+         "call": call_ids[id(c)] if (c := _box(gh.call)) is not None else ""}
+        for i, (gh, source, targets) in enumerate(ghosts)
+    ]
     graph.graph["modules"] = _module_tree(model)
     graph.graph["torch_version"] = torch.__version__
     graph.graph["captured"] = bool(graph.graph["calls"])
@@ -147,7 +157,6 @@ def _build(
         g.add_edge(f"n{producer}", root, output_nr=output_nr, input_nr=0, shape=list(t.shape),
                    slots=[[output_nr, 0]])
     g.graph["roots"] = [f"root{i}" for i in range(len(tensors))]
-    _name_calls(g)
     return g
 
 
@@ -165,6 +174,24 @@ def _add_slot(g: nx.DiGraph, producer: RawNode, target: str, output_nr: int, inp
     out = producer.outputs
     shape = out[output_nr][0] if output_nr < len(out) else None
     g.add_edge(source, target, output_nr=output_nr, input_nr=input_nr, shape=shape, slots=[[output_nr, input_nr]])
+
+
+def _relevant_ghosts(
+    g: nx.DiGraph, ghosts: list[Ghost], leaf_of_tensor: dict[int, str]
+) -> list[tuple[Ghost, str | None, list[str]]]:
+    """Ghosts touching this graph, with their source and target node ids."""
+    node_of_seq = {d["seq"]: n for n, d in g.nodes(data=True) if d["kind"] == "op"}
+    out = []
+    for gh in ghosts:
+        source = node_of_seq.get(gh.source_seq) if gh.source_seq is not None else None
+        if gh.kind == "detached" and source is None and gh.source_leaf is not None:
+            source = leaf_of_tensor.get(gh.source_leaf)
+        targets = [node_of_seq[s] for s in gh.target_seqs if s in node_of_seq]
+        if targets:  # drawn beside what consumed it, like a leaf
+            gh.call = _common_ancestor([g.nodes[t]["_call"] for t in targets])
+        if targets or source is not None:
+            out.append((gh, source, targets))
+    return out
 
 
 def _box(call: ModuleCall | None) -> ModuleCall | None:
@@ -210,19 +237,23 @@ def _leaf_attrs(r: RawNode, names: list[str], shape: list[int] | None, dtype: st
                 names=names, shape=shape, dtype=dtype, requires_grad=True, seq=-1, saved=[])
 
 
-def _name_calls(g: nx.DiGraph) -> None:
-    """Give the calls this graph uses stable ids ("blocks.0", "blocks.0 (call 2)") and sizes."""
+def _name_calls(g: nx.DiGraph, extra: list[ModuleCall | None]) -> dict[int, str]:
+    """Give the calls this graph uses stable ids ("blocks.0", "blocks.0 (call 2)") and sizes.
+
+    ``extra`` are calls used by ghosts only. Returns ``id(call) -> call id``.
+    """
     used: dict[int, ModuleCall] = {}
-    for _, call in g.nodes(data="_call"):
-        for c in _chain(call):
+    for call in [call for _, call in g.nodes(data="_call")] + extra:
+        for c in _chain(_box(call)):
             used[id(c)] = c
     ordered = sorted(used.values(), key=lambda c: (c.start, -c.end))
-    ids: dict[int, str] = {}
-    index: dict[int, int] = {}
-    seen: dict[str, int] = {}
-    for c in ordered:
-        seen[c.path] = index[id(c)] = seen.get(c.path, 0) + 1
-        ids[id(c)] = c.path if index[id(c)] == 1 else f"{c.path} (call {index[id(c)]})"
+    index = {id(c): c.index for c in ordered}
+    if len({(c.path, c.index) for c in ordered}) < len(ordered):
+        # calls from several watched forwards: number them in the order this graph uses them
+        seen: dict[str, int] = {}
+        for c in ordered:
+            seen[c.path] = index[id(c)] = seen.get(c.path, 0) + 1
+    ids = {id(c): c.path if index[id(c)] == 1 else f"{c.path} (call {index[id(c)]})" for c in ordered}
     size = dict.fromkeys(ids.values(), 0)
     for n, call in list(g.nodes(data="_call")):
         attrs = g.nodes[n]
@@ -239,6 +270,7 @@ def _name_calls(g: nx.DiGraph) -> None:
          "parent": ids[id(p)] if (p := _box(c.parent)) is not None else "", "size": size[ids[id(c)]]}
         for c in ordered
     ]
+    return ids
 
 
 def _module_tree(model: nn.Module | None) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,121 @@
+"""Ghost tensors: detached results and frozen parameters, seen in the forward pass.
+
+They never reach the backward graph (nothing there requires grad), so walking ``grad_fn`` cannot show
+*where* a gradient path was cut. A ``TorchFunctionMode`` during capture sees them: every ``.detach()``
+/ ``.data`` result, and every use of a parameter with ``requires_grad=False``. Their grad-less
+descendants are followed until an op whose output is in the graph: that op is the ghost's target.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+if TYPE_CHECKING:
+    from gradviz_nb.tracing.capture import ModuleCall
+
+_DATA_GETTER = torch._C.TensorBase.__dict__["data"]
+
+
+@dataclass(eq=False)
+class Ghost:
+    """One detached or frozen tensor. Sources and targets are autograd sequence numbers."""
+
+    kind: str  # "detached" | "frozen"
+    label: str
+    shape: list[int]
+    call: ModuleCall | None
+    source_seq: int | None = None  # grad_fn of the tensor that was detached (None: a leaf or no graph)
+    source_leaf: int | None = None  # id() of the leaf tensor that was detached / the frozen parameter
+    output_nr: int = 0
+    target_seqs: list[int] = field(default_factory=list)
+
+
+def _is_detach(func: Any) -> bool:
+    return func is torch.Tensor.detach or getattr(func, "__self__", None) is _DATA_GETTER
+
+
+def _tensors_in(values: Iterable[Any]) -> Iterable[torch.Tensor]:
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from (t for t in v if isinstance(t, torch.Tensor))
+
+
+class GhostObserver(TorchFunctionMode):
+    """Records ghosts while active; ``current_call`` tells which module call is running."""
+
+    def __init__(self, model: nn.Module, current_call: Callable[[], ModuleCall | None]) -> None:
+        super().__init__()
+        self.ghosts: list[Ghost] = []
+        self._current_call = current_call
+        self._frozen = {id(p): (name, p) for name, p in model.named_parameters() if not p.requires_grad}
+        self._frozen_ghost: dict[int, Ghost] = {}
+        # id(tensor) -> (weak ref, ghost it carries): by identity (tensor == is elementwise), and weak so
+        # observing never keeps activations alive
+        self._carrier: dict[int, tuple[weakref.ref[torch.Tensor], list[Ghost]]] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if torch._C._current_graph_task_id() != -1:
+            return out  # recomputation during backward (checkpoint) is not the forward
+        if _is_detach(func) and isinstance(out, torch.Tensor) and args and args[0].requires_grad:
+            self._carry(out, [self._detached(args[0], func)])
+            return out
+        carried = self._carried_by(_tensors_in((*args, *(kwargs or {}).values())))
+        if carried:
+            for t in _tensors_in([out]):
+                if t.grad_fn is not None:
+                    seq = t.grad_fn._sequence_nr()
+                    for ghost in carried:
+                        if seq not in ghost.target_seqs:
+                            ghost.target_seqs.append(seq)
+                elif not t.requires_grad:
+                    self._carry(t, carried)  # keep following until an op enters the graph
+        return out
+
+    def _carry(self, t: torch.Tensor, ghosts: list[Ghost]) -> None:
+        key = id(t)
+
+        def forget(ref: weakref.ref[torch.Tensor]) -> None:
+            if self._carrier.get(key, (None,))[0] is ref:
+                del self._carrier[key]
+
+        self._carrier[key] = (weakref.ref(t, forget), ghosts)
+
+    def _carried(self, t: torch.Tensor) -> list[Ghost]:
+        ref, ghosts = self._carrier.get(id(t), (None, []))
+        return ghosts if ref is not None and ref() is t else []
+
+    def _detached(self, source: torch.Tensor, func: Any) -> Ghost:
+        label = ".data" if func is not torch.Tensor.detach else "detach()"
+        ghost = Ghost("detached", label, list(source.shape), self._current_call())
+        if source.grad_fn is not None:
+            ghost.source_seq, ghost.output_nr = source.grad_fn._sequence_nr(), source.output_nr
+        else:
+            ghost.source_leaf = id(source)
+        self.ghosts.append(ghost)
+        return ghost
+
+    def _carried_by(self, tensors: Iterable[torch.Tensor]) -> list[Ghost]:
+        found: list[Ghost] = []
+        for t in tensors:
+            ghosts = self._carried(t) or ([self._frozen_param(t)] if id(t) in self._frozen else [])
+            found += [g for g in ghosts if g not in found]
+        return found
+
+    def _frozen_param(self, t: torch.Tensor) -> Ghost:
+        ghost = self._frozen_ghost.get(id(t))
+        if ghost is None:
+            name, p = self._frozen[id(t)]
+            ghost = Ghost("frozen", name, list(p.shape), self._current_call(), source_leaf=id(p))
+            self._frozen_ghost[id(t)] = ghost
+            self.ghosts.append(ghost)
+        return ghost
