@@ -29,6 +29,7 @@ const EMPTY: GraphPayload = {
   nodes: [],
   edges: [],
   calls: [],
+  ghosts: [],
   meta: { torch_version: "", captured: false, notes: [], num_nodes: 0, num_edges: 0 },
 };
 
