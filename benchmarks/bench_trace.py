@@ -5,7 +5,8 @@ Run from the repository root::
     python benchmarks/bench_trace.py            # GPT-2 124M (batch 1, seq 64) and ResNet18Like
     python benchmarks/bench_trace.py --quick    # tiny GPT-2 and a narrow ResNet: a smoke test
 
-For each model it times (median of ``--repeats`` runs, ``time.perf_counter``, GC off while timing):
+For each model it times (median of ``--repeats`` runs, ``time.perf_counter``, GC off while timing;
+also the median process CPU time, which stays comparable when the machine is busy):
 
 (a) ``gv.trace(loss, model=model)``                 walk the autograd graph into NetworkX
 (b) ``gv.trace(loss, model=model, capture=cap)``    the same, plus module attribution
@@ -42,57 +43,62 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from gradviz_nb.demo_models import GPT2, GPT2Config, ResNet18Like
 
 
+@dataclass(frozen=True)
+class Stats:
+    """Wall-clock median and minimum, and process-CPU median, in seconds."""
+
+    median: float
+    best: float
+    cpu_median: float
+
+
 @dataclass
 class Timing:
-    """Result of timing one callable: median and minimum in seconds, or why it was skipped."""
+    """Result of timing one callable, or why it was skipped (``stats`` is None)."""
 
     label: str
-    median: float | None = None
-    best: float | None = None
+    stats: Stats | None = None
     repeats: int = 0
     note: str = ""
 
 
-def time_it(fn: Callable[[], object], repeats: int, warmup: int = 1) -> tuple[float, float]:
-    """Median and minimum wall time of ``fn()`` over ``repeats`` calls, after ``warmup`` calls.
+def _measure(fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall and process-CPU time of one call, with the garbage collector off (as in ``timeit``).
 
-    The garbage collector is off during each call (as in ``timeit``) and collects between calls,
-    so one cycle collection does not land on a random repeat.
+    CPU time (summed over torch's threads) barely moves when other processes compete for the cores,
+    so its ratios stay meaningful on a shared machine where wall-clock medians do not.
     """
+    gc.collect()
+    gc.disable()
+    try:
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - w0, time.process_time() - c0
+    finally:
+        gc.enable()
+
+
+def _stats(samples: list[tuple[float, float]]) -> Stats:
+    walls = [w for w, _ in samples]
+    return Stats(statistics.median(walls), min(walls), statistics.median(c for _, c in samples))
+
+
+def time_it(fn: Callable[[], object], repeats: int, warmup: int = 1) -> Stats:
+    """Time ``fn()`` over ``repeats`` calls after ``warmup`` untimed calls."""
     for _ in range(warmup):
         fn()
-    times: list[float] = []
-    for _ in range(repeats):
-        gc.collect()
-        gc.disable()
-        try:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        finally:
-            gc.enable()
-    return statistics.median(times), min(times)
+    return _stats([_measure(fn) for _ in range(repeats)])
 
 
-def time_pair(
-    fn_a: Callable[[], object], fn_b: Callable[[], object], repeats: int
-) -> tuple[tuple[float, float], tuple[float, float]]:
+def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], repeats: int) -> tuple[Stats, Stats]:
     """Time two callables interleaved (a, b, a, b, ...) so drift on the machine hits both alike."""
     fn_a()
     fn_b()
-    ta: list[float] = []
-    tb: list[float] = []
+    samples_a, samples_b = [], []
     for _ in range(repeats):
-        for fn, out in ((fn_a, ta), (fn_b, tb)):
-            gc.collect()
-            gc.disable()
-            try:
-                t0 = time.perf_counter()
-                fn()
-                out.append(time.perf_counter() - t0)
-            finally:
-                gc.enable()
-    return (statistics.median(ta), min(ta)), (statistics.median(tb), min(tb))
+        samples_a.append(_measure(fn_a))
+        samples_b.append(_measure(fn_b))
+    return _stats(samples_a), _stats(samples_b)
 
 
 def load_gradviz() -> tuple[Any, str]:
@@ -165,14 +171,14 @@ def bench_case(case: Case, gv: Any, gv_reason: str, repeats: int, fwd_repeats: i
         with gv.capture(model) as cap:
             cap_loss = case.loss_fn()
         g = gv.trace(loss, model=model)
-        med, best = time_it(lambda: gv.trace(loss, model=model), repeats)
-        rows.append(Timing("(a) gv.trace", med, best, repeats, f"{g.nx.number_of_nodes()} nx nodes"))
+        st = time_it(lambda: gv.trace(loss, model=model), repeats)
+        rows.append(Timing("(a) gv.trace", st, repeats, f"{g.nx.number_of_nodes()} nx nodes"))
         gc_ = gv.trace(cap_loss, model=model, capture=cap)
         ops = [d for _, d in gc_.nx.nodes(data=True) if d.get("kind") == "op"]
         attributed = sum(1 for d in ops if d.get("module"))
-        med, best = time_it(lambda: gv.trace(cap_loss, model=model, capture=cap), repeats)
+        st = time_it(lambda: gv.trace(cap_loss, model=model, capture=cap), repeats)
         note = f"{attributed}/{len(ops)} op nodes inside a module"
-        rows.append(Timing("(b) gv.trace + capture", med, best, repeats, note))
+        rows.append(Timing("(b) gv.trace + capture", st, repeats, note))
         del g, gc_, cap, cap_loss
     else:
         rows.append(Timing("(a) gv.trace", note=f"skipped: {gv_reason}"))
@@ -187,10 +193,10 @@ def bench_case(case: Case, gv: Any, gv_reason: str, repeats: int, fwd_repeats: i
     else:
         dot = make_dot(loss, params=params)
         n_dot = sum(1 for line in dot.body if "[label=" in line)
-        med, best = time_it(lambda: make_dot(loss, params=params), repeats)
-        rows.append(Timing("(c) torchviz make_dot", med, best, repeats, f"{n_dot} dot nodes"))
-        med, best = time_it(lambda: make_dot(loss, params=params, show_attrs=True, show_saved=True), repeats)
-        rows.append(Timing("(c') make_dot show_attrs", med, best, repeats, "+ saved tensors/attrs"))
+        st = time_it(lambda: make_dot(loss, params=params), repeats)
+        rows.append(Timing("(c) torchviz make_dot", st, repeats, f"{n_dot} dot nodes"))
+        st = time_it(lambda: make_dot(loss, params=params, show_attrs=True, show_saved=True), repeats)
+        rows.append(Timing("(c') make_dot show_attrs", st, repeats, "+ saved tensors/attrs"))
 
     # (d): torchview traces by running the model itself, so its time includes a forward.
     try:
@@ -200,8 +206,8 @@ def bench_case(case: Case, gv: Any, gv_reason: str, repeats: int, fwd_repeats: i
     else:
         tv_repeats = max(1, min(repeats, 5))
         try:
-            med, best = time_it(lambda: draw_graph(model, input_data=case.torchview_input, depth=3), tv_repeats)
-            rows.append(Timing("(d) torchview draw_graph", med, best, tv_repeats, "depth=3, includes a forward"))
+            st = time_it(lambda: draw_graph(model, input_data=case.torchview_input, depth=3), tv_repeats)
+            rows.append(Timing("(d) torchview draw_graph", st, tv_repeats, "depth=3, includes a forward"))
         except Exception as exc:
             rows.append(Timing("(d) torchview draw_graph", note=f"failed: {type(exc).__name__}: {exc}"))
 
@@ -215,12 +221,12 @@ def bench_case(case: Case, gv: Any, gv_reason: str, repeats: int, fwd_repeats: i
             with gv.capture(model):
                 case.loss_fn()
 
-        (pm, pb), (cm, cb) = time_pair(plain, captured, fwd_repeats)
-        rows.append(Timing("(e) plain forward+loss", pm, pb, fwd_repeats, f"{n_autograd} autograd nodes"))
-        rows.append(Timing("(e) forward in gv.capture", cm, cb, fwd_repeats))
+        st_plain, st_cap = time_pair(plain, captured, fwd_repeats)
+        rows.append(Timing("(e) plain forward+loss", st_plain, fwd_repeats, f"{n_autograd} autograd nodes"))
+        rows.append(Timing("(e) forward in gv.capture", st_cap, fwd_repeats))
     else:
-        pm, pb = time_it(plain, fwd_repeats)
-        rows.append(Timing("(e) plain forward+loss", pm, pb, fwd_repeats, f"{n_autograd} autograd nodes"))
+        st_plain = time_it(plain, fwd_repeats)
+        rows.append(Timing("(e) plain forward+loss", st_plain, fwd_repeats, f"{n_autograd} autograd nodes"))
         rows.append(Timing("(e) forward in gv.capture", note=f"skipped: {gv_reason}"))
     return rows
 
@@ -242,37 +248,34 @@ def load_note() -> str:
     """The 1-minute load average against the core count: timings are only comparable when idle."""
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
-    busy = " (BUSY: other processes compete, forward timings are unreliable)" if load > 0.75 * cores else ""
+    busy = " (BUSY: wall times are unreliable; prefer --threads 1 and the cpu column)" if load > 0.75 * cores else ""
     return f"load average {load:.2f} on {cores} cores{busy}"
 
 
-def fmt_ms(seconds: float | None) -> str:
-    """Milliseconds with sensible precision, or a dash."""
-    if seconds is None:
-        return "-"
+def fmt_ms(seconds: float) -> str:
+    """Milliseconds with sensible precision."""
     ms = seconds * 1e3
     return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
 
 
 def ratio(rows: list[Timing], num: str, den: str) -> str:
-    """``num / den`` of two rows, medians and (in brackets) minima, formatted, or ``n/a``.
-
-    The ratio of minima is the one to trust on a busy machine: contention only ever adds time.
-    """
+    """``num / den`` of two rows' wall-clock medians, and of their CPU-time medians, or ``n/a``."""
     by_label = {r.label: r for r in rows}
-    a, b = by_label[num], by_label[den]
-    if a.median is None or b.median is None or a.best is None or b.best is None:
+    a, b = by_label[num].stats, by_label[den].stats
+    if a is None or b is None:
         return "n/a"
-    return f"{a.median / b.median:.2f}x (min/min {a.best / b.best:.2f}x)"
+    return f"{a.median / b.median:.2f}x wall, {a.cpu_median / b.cpu_median:.2f}x cpu"
 
 
 def print_table(case_name: str, rows: list[Timing]) -> None:
     """Print one model's rows and the headline ratios as a Markdown table."""
     print(f"\n### {case_name}\n")
-    print("| variant | median ms | min ms | n | note |")
-    print("|---|---:|---:|---:|---|")
+    print("| variant | median ms | min ms | cpu ms | n | note |")
+    print("|---|---:|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r.label} | {fmt_ms(r.median)} | {fmt_ms(r.best)} | {r.repeats or '-'} | {r.note} |")
+        st = r.stats
+        cells = [fmt_ms(st.median), fmt_ms(st.best), fmt_ms(st.cpu_median)] if st else ["-"] * 3
+        print(f"| {r.label} | {' | '.join(cells)} | {r.repeats or '-'} | {r.note} |")
     print()
     print(f"- trace / make_dot: {ratio(rows, '(a) gv.trace', '(c) torchviz make_dot')}")
     print(f"- trace+capture / make_dot: {ratio(rows, '(b) gv.trace + capture', '(c) torchviz make_dot')}")
