@@ -52,20 +52,11 @@ LAB_SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Console messages that JupyterLab itself prints in a clean, offline, headless session. Each one is
-# matched narrowly and explained; anything else on the console fails the test.
-BENIGN_CONSOLE_ERRORS: list[tuple[re.Pattern[str], str]] = [
-    # The lab page asks the server for a favicon variant / translations it does not serve.
-    (
-        re.compile(r"Failed to load resource: the server responded with a status of 404"),
-        "404 on optional resources (favicon variants, language packs)",
-    ),
-    # Kernel websocket reconnect chatter when a kernel is shut down at the end of a test.
-    (
-        re.compile(r"WebSocket connection to 'ws://127\.0\.0\.1:\d+/api/kernels/.*' failed"),
-        "kernel websocket closed during teardown",
-    ),
-]
+# Console errors that JupyterLab itself prints in a clean, offline, headless session, each matched
+# narrowly with the reason it is harmless; anything else on the console fails the test. Empty on
+# purpose: with the settings above (no news, no update check) JupyterLab 4.6 printed no errors in
+# these runs. Add a (pattern, why) pair only for noise actually seen and understood.
+BENIGN_CONSOLE_ERRORS: list[tuple[re.Pattern[str], str]] = []
 
 
 def free_port() -> int:

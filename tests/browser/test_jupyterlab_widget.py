@@ -13,7 +13,10 @@ from .jupyterlab import JupyterLabServer, LabNotebook
 
 
 def _assert_clean_console(page: Page) -> None:
-    errors = page.console_log.errors  # type: ignore[attr-defined]
+    log = page.console_log  # type: ignore[attr-defined]
+    errors = log.errors
+    if log.ignored:
+        print("benign console errors ignored:", *log.ignored, sep="\n  ")
     assert not errors, "errors on the browser console:\n" + "\n".join(errors)
 
 
