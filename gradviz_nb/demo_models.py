@@ -79,9 +79,7 @@ class GPT2Config:
         if self.d_model % self.n_head:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_head={self.n_head}")
         if self.checkpoint not in (None, "reentrant", "non_reentrant"):
-            raise ValueError(
-                f"checkpoint must be None, 'reentrant' or 'non_reentrant', got {self.checkpoint!r}"
-            )
+            raise ValueError(f"checkpoint must be None, 'reentrant' or 'non_reentrant', got {self.checkpoint!r}")
 
     @classmethod
     def small_test(cls, checkpoint: CheckpointMode | None = None) -> GPT2Config:
@@ -120,9 +118,7 @@ class CausalSelfAttention(nn.Module):
         q = q.view(b, t, self.n_head, hd).transpose(1, 2)
         k = k.view(b, t, self.n_head, hd).transpose(1, 2)
         v = v.view(b, t, self.n_head, hd).transpose(1, 2)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(b, t, c)
         out: Tensor = self.resid_dropout(self.c_proj(y))
         return out
