@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anywidget
@@ -11,9 +11,12 @@ import torch
 import traitlets
 from torch import nn
 
+from gradviz_nb.analysis.rerun import Rerunnable
+from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture, trace
 from gradviz_nb.widgets.payload import initial_expanded, to_payload
+from gradviz_nb.widgets.toggles import toggle_args
 
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
 
@@ -47,6 +50,17 @@ class GraphWidget(anywidget.AnyWidget):
     height = traitlets.Int(600).tag(sync=True)
     """int: height of the canvas in pixels."""
 
+    toggles: traitlets.Dict[str, Any] = traitlets.Dict({"detach": [], "freeze": []}).tag(sync=True)
+    """dict: what-if toggles, ``{"detach": [...], "freeze": [...]}`` (see :func:`toggle_args`); the page
+    answers them itself, instantly; :meth:`what_if` gives Python's answer to the same toggles."""
+
+    can_verify = traitlets.Bool(False).tag(sync=True)
+    """bool: True when built by :meth:`from_fn`, so the page offers "Verify (re-run)"."""
+
+    verified = traitlets.Dict({}).tag(sync=True)
+    """dict: result of the last verified re-run (``{}`` for none): toggles, predicted_lost,
+    actual_lost, agree, unverifiable, error."""
+
     def __init__(
         self,
         roots: torch.Tensor | Sequence[torch.Tensor] | AutogradGraph,
@@ -64,9 +78,55 @@ class GraphWidget(anywidget.AnyWidget):
         graph = roots if isinstance(roots, AutogradGraph) else trace(roots, model, capture, names)
         self.graph = graph
         """AutogradGraph: the traced graph this widget shows."""
+        self._rerun: Rerunnable | None = None
         super().__init__(
             graph_data=to_payload(graph), expanded=initial_expanded(graph), height=height, **kwargs
         )
+        self.on_msg(self._on_page_message)
+
+    @classmethod
+    def from_fn(
+        cls,
+        fn: Callable[[], torch.Tensor],
+        model: nn.Module | None = None,
+        names: Mapping[str, torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> GraphWidget:
+        """A widget whose what-if toggles can be checked against PyTorch by re-running ``fn``.
+
+        ``fn`` computes and returns the loss; it is run once now (with module capture) and again for
+        each verification, with frozen parameters' ``requires_grad`` off and chosen tensors detached.
+        The model ends exactly as it began (``requires_grad``, ``.grad``, training mode). Example::
+
+            w = gv.GraphWidget.from_fn(lambda: criterion(model(x), y), model=model)
+            w.toggles = {"detach": ["call:blocks.3"], "freeze": []}
+            w.verify()["agree"]   # True
+        """
+        rerun = Rerunnable(fn, model, names)
+        widget = cls(rerun.graph, can_verify=True, **kwargs)
+        widget._rerun = rerun
+        return widget
+
+    def what_if(self) -> WhatIf:
+        """Python's answer to the current :attr:`toggles` (the page computes the same, instantly)."""
+        return self.graph.what_if(*toggle_args(self.graph, self.toggles))
+
+    def verify(self) -> dict[str, Any]:
+        """Re-run ``fn`` with the current toggles (only for :meth:`from_fn`); sets :attr:`verified`."""
+        if self._rerun is None:
+            raise GradvizError("verify needs a re-runnable widget: build it with GraphWidget.from_fn(fn, model=...).")
+        toggles = {"detach": list(self.toggles.get("detach", [])), "freeze": list(self.toggles.get("freeze", []))}
+        try:
+            result = self._rerun.verify(*toggle_args(self.graph, toggles))
+        except Exception as err:  # shown in the page; the user's state was restored by the re-run
+            result = {"predicted_lost": [], "actual_lost": [], "agree": False, "unverifiable": [],
+                      "error": f"{type(err).__name__}: {err}"}
+        self.verified = {"toggles": toggles, **result}
+        return self.verified
+
+    def _on_page_message(self, _: Any, content: dict[str, Any], buffers: Any) -> None:
+        if content.get("kind") == "verify" and self._rerun is not None:
+            self.verify()
 
     def __repr__(self) -> str:
         return f"<GraphWidget: {self.graph!r}>"

@@ -1,0 +1,172 @@
+"""Verified what-if: re-run the user's forward and backward with toggles really applied.
+
+Graph tensors are matched to the re-run by *Python-level torch calls*: a ``TorchFunctionMode``
+numbers every call (``k``) and its tensor outputs (``j``). The numbering does not depend on which
+tensors require grad, so the k-th call of the re-run is the k-th call of the traced run, and
+detaching its j-th output there detaches the same tensor. A tensor made inside a fused op (the
+transpose inside ``F.linear``) has no Python-level call and cannot be detached: it is reported as
+unverifiable rather than guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing import AutogradGraph, capture, trace
+
+OpTensor = tuple[int, int]  # (k-th Python-level torch call, j-th tensor output)
+
+
+def _in_checkpoint() -> bool:
+    """Inside a non-reentrant checkpoint region (its saved-tensor hooks are on top)?
+
+    Backward recomputes such a region *without* our mode, so a detach applied there in the forward
+    would make the recomputed tensors differ (CheckpointError); such tensors are not re-run.
+    """
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    return bool(hooks) and getattr(hooks[0], "__qualname__", "").startswith("_checkpoint_hook")
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for t in out if isinstance(t, torch.Tensor)]
+    return []
+
+
+class OpNumbering(TorchFunctionMode):
+    """Numbers torch calls; records which graph tensor each output is, or detaches chosen outputs."""
+
+    def __init__(self, detach: set[OpTensor] | None = None) -> None:
+        super().__init__()
+        self.calls = 0
+        self.produced: dict[tuple[int, int], OpTensor] = {}  # (grad_fn seq, output_nr) -> op tensor
+        self.rerun = detach is not None
+        self.detach = detach or set()
+        self.applied: set[OpTensor] = set()
+        self.checkpointed: set[int] = set()  # calls made inside non-reentrant checkpoint regions
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        k = self.calls
+        self.calls += 1
+        if self.rerun:
+            return self._detach_chosen(k, out)
+        if _in_checkpoint():
+            self.checkpointed.add(k)
+        for j, t in enumerate(_outputs(out)):
+            if t.grad_fn is not None:
+                self.produced.setdefault((t.grad_fn._sequence_nr(), t.output_nr), (k, j))
+        return out
+
+    def _detach_chosen(self, k: int, out: Any) -> Any:
+        chosen = [(k, j) for j in range(len(_outputs(out))) if (k, j) in self.detach]
+        if not chosen:
+            return out
+        self.applied.update(chosen)
+        if isinstance(out, torch.Tensor):
+            return out.detach()
+        seq = [t.detach() if isinstance(t, torch.Tensor) and (k, j) in self.detach else t for j, t in enumerate(out)]
+        return type(out)(seq) if isinstance(out, tuple) and not hasattr(out, "_fields") else seq
+
+
+@contextmanager
+def restored(model: nn.Module | None, tensors: Iterable[torch.Tensor]) -> Iterator[None]:
+    """Put back ``requires_grad``, the very ``.grad`` objects and every module's training mode."""
+    tensors = list({id(t): t for t in tensors}.values())
+    saved = [(t, t.requires_grad, t.grad) for t in tensors]
+    modes = [(m, m.training) for m in model.modules()] if model is not None else []
+    try:
+        yield
+    finally:
+        for t, requires_grad, grad in saved:
+            t.requires_grad_(requires_grad)
+            t.grad = grad
+        for m, training in modes:
+            m.training = training
+
+
+class Rerunnable:
+    """A loss function traced once, and re-run on demand with detaches and freezes applied."""
+
+    def __init__(
+        self,
+        fn: Callable[[], torch.Tensor],
+        model: nn.Module | None = None,
+        names: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
+        self.fn, self.model = fn, model
+        self.tensors: dict[str, torch.Tensor] = dict(names or {})
+        if model is not None:
+            self.tensors.update(model.named_parameters(remove_duplicate=False))
+        self._rng = torch.get_rng_state()
+        numbering = OpNumbering()
+        with restored(model, self.tensors.values()):
+            if model is not None:
+                with capture(model) as cap, numbering:
+                    loss = self._call()
+            else:
+                cap = None
+                with numbering:
+                    loss = self._call()
+            self.graph: AutogradGraph = trace(loss, model=model, capture=cap, names=names)
+        node_of_seq = {d["seq"]: n for n, d in self.graph.nx.nodes(data=True) if d["kind"] == "op"}
+        self.op_tensor = {
+            (node_of_seq[s], out): kj
+            for (s, out), kj in numbering.produced.items()
+            if s in node_of_seq and kj[0] not in numbering.checkpointed
+        }
+
+    def _call(self) -> torch.Tensor:
+        loss = self.fn()
+        if not isinstance(loss, torch.Tensor):
+            raise GradvizError(f"from_fn: the function must return the loss tensor, got {type(loss).__name__}.")
+        return loss
+
+    def verify(self, detach: Iterable[object] = (), freeze: Iterable[str] = ()) -> dict[str, Any]:
+        """Re-run forward and backward with the toggles; compare ``.grad is None`` with the prediction."""
+        wanted = self.graph.what_if(detach, freeze)
+        cut = [t for t in wanted.cut if t in self.op_tensor]
+        leaf_tensor = {n: self.tensors.get(self.graph.nx.nodes[n]["names"][0]) for n in self._named_leaves()}
+        frozen = [leaf for leaf in wanted.frozen if leaf_tensor.get(leaf) is not None]
+        unverifiable = [f"{n}:{out}" for n, out in wanted.cut if (n, out) not in self.op_tensor]
+        unverifiable += [leaf for leaf in wanted.frozen if leaf not in frozen]
+        predicted = self.graph.what_if(cut, frozen)
+        lost_ids = set(predicted.lost_ids)
+        with restored(self.model, self.tensors.values()):
+            for t in self.tensors.values():
+                t.grad = None
+            for leaf in frozen:
+                leaf_tensor[leaf].requires_grad_(False)  # type: ignore[union-attr]
+            numbering = OpNumbering(detach={self.op_tensor[t] for t in cut})
+            with torch.random.fork_rng(devices=[]):
+                torch.set_rng_state(self._rng)
+                with numbering:
+                    loss = self._call()
+            if loss.requires_grad:
+                loss.backward()  # type: ignore[no-untyped-call]
+            actual = {n for n, t in leaf_tensor.items() if t is not None and t.grad is None}
+        missed = {self.op_tensor[t] for t in cut} - numbering.applied
+        if missed:
+            unverifiable.append(f"{len(missed)} detach(es) not reached in the re-run (does fn branch?)")
+        names = self.graph.nx.nodes
+        predicted_lost = sorted(names[n]["names"][0] for n in lost_ids if n in leaf_tensor)
+        actual_lost = sorted(names[n]["names"][0] for n in actual)
+        return {
+            "predicted_lost": predicted_lost,
+            "actual_lost": actual_lost,
+            "agree": predicted_lost == actual_lost and not missed,
+            "unverifiable": unverifiable,
+            "error": "",
+        }
+
+    def _named_leaves(self) -> list[str]:
+        return [n for n, d in self.graph.nx.nodes(data=True) if d["kind"] == "leaf" and d["names"]]
