@@ -138,17 +138,18 @@ def _build(
         for producer, _ in r.inputs:
             if producer in leaf_names:
                 consumers.setdefault(producer, []).append(call_of[r.key])
+    nodes = []
     for r in raw:
         shape, dtype = r.outputs[0] if r.outputs else (None, "")
         if r.key in leaf_names:
-            call = _common_ancestor(consumers.get(r.key, []))
-            g.add_node(f"n{r.key}", **_leaf_attrs(r, leaf_names[r.key], shape, dtype), _call=call)
+            attrs = _leaf_attrs(r, leaf_names[r.key], shape, dtype)
+            attrs["_call"] = _common_ancestor(consumers.get(r.key, []))
         else:
-            g.add_node(f"n{r.key}", **_op_attrs(r, shape, dtype), _call=call_of[r.key])
-    for r in raw:
-        for input_nr, (producer, output_nr) in enumerate(r.inputs):
-            if producer >= 0:
-                _add_slot(g, raw[producer], f"n{r.key}", output_nr, input_nr)
+            attrs = _op_attrs(r, shape, dtype)
+            attrs["_call"] = call_of[r.key]
+        nodes.append((f"n{r.key}", attrs))
+    g.add_nodes_from(nodes)
+    g.add_edges_from(_edges(raw))
     for i, ((producer, output_nr), t) in enumerate(zip(root_edges, tensors, strict=True)):
         root = f"root{i}"
         g.add_node(root, kind="root", op="", label=f"output {i}" if len(tensors) > 1 else "output",
@@ -160,20 +161,27 @@ def _build(
     return g
 
 
-def _add_slot(g: nx.DiGraph, producer: RawNode, target: str, output_nr: int, input_nr: int) -> None:
+def _edges(raw: list[RawNode]) -> list[tuple[str, str, dict[str, Any]]]:
     """One edge per (producer, consumer) pair; ``slots`` lists every (output_nr, input_nr) it carries.
 
     ``x * x`` feeds one tensor into two inputs, and ``a, b = t.chunk(2); a * b`` two outputs of
     one node into one consumer: a DiGraph has one edge for each, so the edge keeps all its slots.
     ``output_nr``/``input_nr`` are those of the first slot.
     """
-    source = f"n{producer.key}"
-    if g.has_edge(source, target):
-        g.edges[source, target]["slots"].append([output_nr, input_nr])
-        return
-    out = producer.outputs
-    shape = out[output_nr][0] if output_nr < len(out) else None
-    g.add_edge(source, target, output_nr=output_nr, input_nr=input_nr, shape=shape, slots=[[output_nr, input_nr]])
+    edges: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in raw:
+        for input_nr, (producer, output_nr) in enumerate(r.inputs):
+            if producer < 0:
+                continue
+            attrs = edges.get((producer, r.key))
+            if attrs is not None:
+                attrs["slots"].append([output_nr, input_nr])
+                continue
+            out = raw[producer].outputs
+            shape = out[output_nr][0] if output_nr < len(out) else None
+            edges[producer, r.key] = {"output_nr": output_nr, "input_nr": input_nr, "shape": shape,
+                                      "slots": [[output_nr, input_nr]]}
+    return [(f"n{u}", f"n{v}", attrs) for (u, v), attrs in edges.items()]
 
 
 def _relevant_ghosts(

@@ -25,8 +25,16 @@ class RawNode:
     saved: list[dict[str, Any]] = field(default_factory=list)
 
 
+_op_by_type: dict[type, str] = {}
+
+
 def op_name(node: Any) -> str:
-    return str(node.name()).removeprefix("torch::autograd::")
+    # name() demangles a C++ name on every call; each backward op is its own Python type, so cache.
+    kind = type(node)
+    name = _op_by_type.get(kind)
+    if name is None:
+        name = _op_by_type[kind] = str(node.name()).removeprefix("torch::autograd::")
+    return name
 
 
 def short_op(op: str) -> str:
