@@ -101,7 +101,10 @@ def test_reentrant_checkpoint_node_belongs_to_the_wrapped_block() -> None:
 
 
 def no_hooks(model: nn.Module) -> bool:
-    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    from torch.nn.modules import module as torch_module
+
+    per_module = all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    return per_module and not torch_module._global_forward_hooks and not torch_module._global_forward_pre_hooks
 
 
 def test_capture_removes_its_hooks_even_on_exception() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.ghosts import Ghost, GhostObserver
@@ -115,13 +116,22 @@ class Capture:
             return self
         if self._observer is not None:
             self._observer.__enter__()  # type: ignore[no-untyped-call]
-        for path, module in self.model.named_modules():
-            self._handles.append(
-                module.register_forward_pre_hook(lambda m, a, p=path: self._pre(p, m))
-            )
-            self._handles.append(
-                module.register_forward_hook(lambda m, a, o, p=path: self._post(p), always_call=True)
-            )
+        # Two global hooks instead of two per module: starting and stopping cost O(1) hook
+        # registrations, and modules outside the model are skipped by one dict lookup.
+        paths = {id(m): path for path, m in self.model.named_modules()}
+
+        def pre(module: nn.Module, args: Any) -> None:
+            path = paths.get(id(module))
+            if path is not None:
+                self._pre(path, module)
+
+        def post(module: nn.Module, args: Any, out: Any) -> None:
+            path = paths.get(id(module))
+            if path is not None:
+                self._post(path)
+
+        self._handles.append(register_module_forward_pre_hook(pre))
+        self._handles.append(register_module_forward_hook(post, always_call=True))
         return self
 
     def stop(self) -> None:

@@ -37,6 +37,11 @@ class Ghost:
     target_seqs: list[int] = field(default_factory=list)
 
 
+def _in_backward() -> bool:
+    # checkpoint recomputes forwards during backward; that is not the forward the user ran
+    return int(torch._C._current_graph_task_id()) != -1
+
+
 def _is_detach(func: Any) -> bool:
     return func is torch.Tensor.detach or getattr(func, "__self__", None) is _DATA_GETTER
 
@@ -64,22 +69,26 @@ class GhostObserver(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        if torch._C._current_graph_task_id() != -1:
-            return out  # recomputation during backward (checkpoint) is not the forward
-        if _is_detach(func) and isinstance(out, torch.Tensor) and args and args[0].requires_grad:
-            self._carry(out, [self._detached(args[0], func)])
-            return out
-        carried = self._carried_by(_tensors_in((*args, *(kwargs or {}).values())))
-        if carried:
-            for t in _tensors_in([out]):
-                if t.grad_fn is not None:
-                    seq = t.grad_fn._sequence_nr()
-                    for ghost in carried:
-                        if seq not in ghost.target_seqs:
-                            ghost.target_seqs.append(seq)
-                elif not t.requires_grad:
-                    self._carry(t, carried)  # keep following until an op enters the graph
+        # Hot path (every torch call in the forward): nothing to do unless a detach happens or a ghost
+        # (or a frozen parameter) may be among the inputs.
+        if _is_detach(func):
+            if isinstance(out, torch.Tensor) and args and args[0].requires_grad and not _in_backward():
+                self._carry(out, [self._detached(args[0], func)])
+        elif self._carrier or self._frozen:
+            carried = self._carried_by(_tensors_in((*args, *(kwargs or {}).values())))
+            if carried and not _in_backward():
+                self._follow(out, carried)
         return out
+
+    def _follow(self, out: Any, carried: list[Ghost]) -> None:
+        for t in _tensors_in([out]):
+            if t.grad_fn is not None:
+                seq = t.grad_fn._sequence_nr()
+                for ghost in carried:
+                    if seq not in ghost.target_seqs:
+                        ghost.target_seqs.append(seq)
+            elif not t.requires_grad:
+                self._carry(t, carried)  # keep following until an op enters the graph
 
     def _carry(self, t: torch.Tensor, ghosts: list[Ghost]) -> None:
         key = id(t)
