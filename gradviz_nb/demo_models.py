@@ -28,9 +28,11 @@ __all__ = [
     "CausalSelfAttention",
     "CheckpointMode",
     "GPT2Config",
+    "LoRALinear",
     "MHAModel",
     "ResNet18Like",
     "TwiceCalled",
+    "add_lora",
     "gpt2_loss",
 ]
 
@@ -343,3 +345,45 @@ class TwiceCalled(nn.Module):
         h = torch.tanh(self.block(h))
         out: Tensor = self.head(h)
         return out
+
+
+# --------------------------------------------------------------------------------------
+# LoRA adapters
+# --------------------------------------------------------------------------------------
+
+
+class LoRALinear(nn.Module):
+    """``base(x) + scale * x @ lora_A.T @ lora_B.T``: a low-rank adapter beside a Linear.
+
+    As in LoRA, ``lora_B`` starts at zero, so the adapter changes nothing at first (and ``lora_A``'s
+    first gradient is exactly zero: a real, not a bug, "dead" signal).
+    """
+
+    def __init__(self, base: nn.Linear, rank: int = 4, alpha: float = 8.0) -> None:
+        super().__init__()
+        self.base = base
+        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / base.in_features**0.5)
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))
+        self.scale = alpha / rank
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Base projection plus the scaled low-rank update."""
+        out: Tensor = self.base(x) + (x @ self.lora_A.T @ self.lora_B.T) * self.scale
+        return out
+
+
+def add_lora(model: nn.Module, targets: tuple[str, ...] = ("c_attn", "c_proj"), rank: int = 4,
+             freeze_base: bool = True) -> nn.Module:
+    """Wrap every ``nn.Linear`` whose name ends with one of ``targets`` in a :class:`LoRALinear`.
+
+    With ``freeze_base`` every parameter except the adapters' gets ``requires_grad=False``.
+    Modifies ``model`` in place and returns it.
+    """
+    for module in list(model.modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and child_name in targets:
+                setattr(module, child_name, LoRALinear(child, rank=rank))
+    if freeze_base:
+        for name, p in model.named_parameters():
+            p.requires_grad_("lora_" in name)
+    return model
