@@ -87,5 +87,97 @@ except gv.GradvizError as err:
     print("GradvizError:", err)"""),
 ]
 
+WHAT_IF = [
+    ("md", """# What if I detach here? What if I freeze this?
+
+A gradient reaches a parameter only along a path of tensors that require grad. Detaching a tensor, or
+freezing a leaf (`requires_grad=False`), cuts paths. `AutogradGraph.what_if` answers "which parameters
+lose their gradient, and how much of the backward pass goes away?" from the graph alone; the widget answers
+the same question live as you click, and `GraphWidget.from_fn` checks the answer by really re-running
+PyTorch."""),
+    ("code", """import torch
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+
+torch.manual_seed(0)"""),
+    ("md", """## 1. The classic exercise
+
+`loss = (relu(x @ W1) @ W2).sum()`. Which tensors get a gradient? Which lose it if `h = h.detach()` after
+the relu? Predict first, then look."""),
+    ("code", """x = torch.randn(5, 4)
+W1 = torch.randn(4, 8, requires_grad=True)
+W2 = torch.randn(8, 3, requires_grad=True)
+g = gv.trace((torch.relu(x @ W1) @ W2).sum(), names={"x": x, "W1": W1, "W2": W2})
+relu = next(n for n, d in g.nx.nodes(data=True) if d["op"] == "ReluBackward0")
+print("nothing cut:      ", g.what_if())
+print("detach relu's out:", g.what_if(detach=[relu]))
+print("freeze W2:        ", g.what_if(freeze=["W2"]))"""),
+    ("md", """Answer: with `h` detached, `W1` loses its gradient (nothing above the cut is reached) and the backward
+pass no longer runs the relu, the matmul and `W1`'s accumulation. `W2` still learns.
+
+In the widget, switch on **What-if** and click the edge leaving `Relu` (or the `Relu` node) to detach,
+a leaf to freeze it. Lost leaves turn red, pruned nodes fade, and the summary says how much of the
+backward pass remains. **Verify** re-runs PyTorch with exactly those cuts and compares `.grad is None`."""),
+    ("code", """two_layer = gv.GraphWidget.from_fn(lambda: (torch.relu(x @ W1) @ W2).sum(),
+                                   names={"W1": W1, "W2": W2}, height=380)
+two_layer.toggles = {"detach": [f"{relu}:0"], "freeze": []}   # the same as clicking the edge
+two_layer"""),
+    ("code", """result = two_layer.verify()       # or press "Verify (re-run)" in the widget
+print(result)
+assert result["agree"] and result["actual_lost"] == ["W1"]
+assert W1.grad is None and W1.requires_grad   # the user's tensors are exactly as before"""),
+    ("md", """## 2. Adapters: freeze the base, keep the adapters learning
+
+A small GPT-2 with LoRA adapters beside the projections of its **last** block (a common cheap fine-tune).
+Freezing everything but the adapters removes most of the backward pass: nothing below the last block needs
+a gradient any more. With adapters in **every** block, the activation gradients must still flow all the
+way down, so freezing the base only removes the weight-gradient branches."""),
+    ("code", """def lora_gpt2(every_block: bool) -> GPT2:
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config(n_layer=4, n_head=4, d_model=64, vocab=500, block_size=32))
+    add_lora(model if every_block else model.blocks[-1], freeze_base=False)
+    return model
+
+
+for every_block in (False, True):
+    model = lora_gpt2(every_block)
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model, seq=16)
+    g = gv.trace(loss, model=model, capture=cap)
+    base = [name for name in g.leaves() if "lora_" not in name]
+    frozen_base = g.what_if(freeze=base)
+    adapters = [name for name in g.leaves() if "lora_" in name]
+    where = "every block" if every_block else "last block "
+    print(f"adapters in {where}: backward runs {frozen_base.runs} of {frozen_base.total} nodes; "
+          f"{sum(a in frozen_base.kept for a in adapters)} of {len(adapters)} adapter weights keep their gradient")"""),
+    ("md", """The same in the widget, verified against PyTorch. Shift-click a collapsed block to freeze it whole;
+click a block to detach its output."""),
+    ("code", """model = lora_gpt2(every_block=False)
+adapters = gv.GraphWidget.from_fn(lambda: gpt2_loss(model, seq=16), model=model, height=560)
+base = [name for name in adapters.graph.leaves() if "lora_" not in name]
+adapters.toggles = {"detach": [], "freeze": sorted({adapters.graph.leaves()[name] for name in base})}
+print(adapters.what_if())
+check = adapters.verify()
+print("verified:", check["agree"], "-", len(check["actual_lost"]), "leaves really got no gradient")
+adapters"""),
+    ("md", """## 3. Where was the path cut?
+
+When the graph is traced with `gv.capture`, detached tensors and frozen parameters that never reach the
+backward graph are still drawn, greyed, where they entered the computation. Here the base is *really*
+frozen, and one block's attention output is detached by the model's own code."""),
+    ("code", """frozen_model = add_lora(GPT2(GPT2Config.small_test()))       # base frozen for real
+block = frozen_model.blocks[1]
+original = block.attn.forward
+block.attn.forward = lambda h: original(h).detach()           # a bug: the adapter in blocks.1 learns nothing
+with gv.capture(frozen_model) as cap:
+    loss = gpt2_loss(frozen_model)
+cut = gv.trace(loss, model=frozen_model, capture=cap)
+print(len(cut.nx.graph["ghosts"]), "ghost tensors;",
+      [gh["label"] for gh in cut.nx.graph["ghosts"] if gh["kind"] == "detached"])
+print("adapters in the graph:", sorted(n for n in cut.leaves() if "lora_" in n))
+gv.GraphWidget(cut, height=520)"""),
+]
+
 if __name__ == "__main__":
     write("01_tour.ipynb", TOUR)
+    write("02_what_if.ipynb", WHAT_IF)
