@@ -127,3 +127,22 @@ export interface Verification {
   unverifiable: string[];
   error: string;
 }
+
+/**
+ * A per-node overlay drawn over the graph (synced trait `overlay`; `{}` for none). Used by the
+ * gradient-flow view (gradient norm per node / leaf), the memory view (bytes saved for backward) and
+ * the backward stepper. Keys are node ids, or "call:<call id>" for a collapsed module box (when a
+ * box has no key, the page shows the largest value of its visible members).
+ */
+export interface Overlay {
+  /** Legend title, e.g. "gradient L2 norm" or "saved for backward". Plain text. */
+  title: string;
+  values: Record<string, number>;
+  scale: "log" | "linear";
+  /** "color": fill on a sequential palette (with a legend); "size": node size grows with the value. */
+  encoding: "color" | "size";
+  /** Extra marks per node id: "no-grad" (leaf that got no gradient), "nan" (NaN/Inf), "flag" (flagged). */
+  marks: Record<string, "no-grad" | "nan" | "flag">;
+  /** Unit for tooltips and legend, e.g. "B", "" . */
+  unit: string;
+}
