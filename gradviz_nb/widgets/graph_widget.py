@@ -54,6 +54,10 @@ class GraphWidget(anywidget.AnyWidget):
     """dict: what-if toggles, ``{"detach": [...], "freeze": [...]}`` (see :func:`toggle_args`); the page
     answers them itself, instantly; :meth:`what_if` gives Python's answer to the same toggles."""
 
+    overlay: traitlets.Dict[str, Any] = traitlets.Dict({}).tag(sync=True)
+    """dict: per-node values drawn over the graph (``js/src/payload.ts`` ``Overlay``; ``{}`` for none):
+    title, values (node id or ``"call:<id>"`` -> number), scale, encoding, marks, unit."""
+
     can_verify = traitlets.Bool(False).tag(sync=True)
     """bool: True when built by :meth:`from_fn`, so the page offers "Verify (re-run)"."""
 
