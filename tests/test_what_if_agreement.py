@@ -40,21 +40,35 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("node or js/node_modules missing: cd js && npm ci")
     out = tmp_path_factory.mktemp("whatif") / "whatif_cli.mjs"
     subprocess.run(
-        [str(ESBUILD), "test/whatif_cli.ts", "--bundle", "--platform=node", "--format=esm", f"--outfile={out}",
-         "--log-level=warning"],
-        cwd=JS, check=True,
+        [
+            str(ESBUILD),
+            "test/whatif_cli.ts",
+            "--bundle",
+            "--platform=node",
+            "--format=esm",
+            f"--outfile={out}",
+            "--log-level=warning",
+        ],
+        cwd=JS,
+        check=True,
     )
     return out
 
 
 def js_answers(cli: Path, payload: dict[str, Any], toggles: list[Toggles]) -> list[dict[str, Any]]:
-    done = subprocess.run(["node", str(cli)], input=json.dumps({"payload": payload, "toggles": toggles}),
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["node", str(cli)],
+        input=json.dumps({"payload": payload, "toggles": toggles}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     answers: list[dict[str, Any]] = json.loads(done.stdout)["answers"]
     return answers
 
 
 # --- the corpus -------------------------------------------------------------------------------------
+
 
 def _captured(model: torch.nn.Module, loss_of: Callable[[torch.nn.Module], torch.Tensor]) -> AutogradGraph:
     with gv.capture(model) as cap:
@@ -91,7 +105,7 @@ def chunk_unbind() -> AutogradGraph:
     h = x @ w1
     c0, c1 = h.chunk(2, dim=1)
     rows = (c0 @ w2[:2]).relu().unbind(0)
-    s0, s1 = (h * w3).split([1, 3], dim=0)
+    s0, s1 = torch.split(h * w3, [1, 3], dim=0)
     out = torch.stack(rows).sum() + (c1 * c1).sum() + s0.sum() * s1.tanh().sum() + (b * b).sum()
     return gv.trace([out, (c1 + b[:, 2:]).sum()], names={"w1": w1, "w2": w2, "w3": w3, "b": b})
 
@@ -106,6 +120,7 @@ CORPUS: dict[str, Callable[[], AutogradGraph]] = {
 
 
 # --- toggles in the page's form, and their Python translation ----------------------------------------
+
 
 def to_python(g: AutogradGraph, toggles: Toggles) -> tuple[list[object], list[str]]:
     path = {c["id"]: c["path"] for c in g.calls}
@@ -155,8 +170,12 @@ def toggle_sets(g: AutogradGraph, payload: dict[str, Any], seed: int) -> Iterato
     for _ in range(CASES_PER_GRAPH):
         pools = [(tensors, 3), (ops, 2), (multi, 2), (call_detach, 1)]
         detach = [x for pool, k in pools if pool for x in rng.sample(pool, rng.randint(0, min(k, len(pool))))]
-        freeze = [x for pool, k in [(leaves, 3), (call_freeze, 1)] if pool
-                  for x in rng.sample(pool, rng.randint(0, min(k, len(pool))))]
+        freeze = [
+            x
+            for pool, k in [(leaves, 3), (call_freeze, 1)]
+            if pool
+            for x in rng.sample(pool, rng.randint(0, min(k, len(pool))))
+        ]
         yield {"detach": detach, "freeze": freeze}
 
 
@@ -183,8 +202,11 @@ def test_page_and_python_agree(cli: Path, name: str) -> None:
 def test_multi_output_detach_cuts_only_that_output(cli: Path) -> None:
     g = chunk_unbind()
     payload = json.loads(json.dumps(to_payload(g)))
-    chunk = next(n for n, d in g.nx.nodes(data=True) if d["op"] == "SplitBackward0" and
-                 len({o for _, _, s in g.nx.out_edges(n, data="slots") for o, _ in s}) == 2)
+    chunk = next(
+        n
+        for n, d in g.nx.nodes(data=True)
+        if d["op"] == "SplitBackward0" and len({o for _, _, s in g.nx.out_edges(n, data="slots") for o, _ in s}) == 2
+    )
     one, both = f"{chunk}:0", chunk
     page_one, page_both = js_answers(cli, payload, [{"detach": [one], "freeze": []}, {"detach": [both], "freeze": []}])
     assert set(page_one["pruned"]) < set(page_both["pruned"])

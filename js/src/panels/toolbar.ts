@@ -6,6 +6,8 @@ export interface ToolbarActions {
   zoomReset(): void;
   expandAll(): void;
   collapseAll(): void;
+  /** Switch what-if mode (clicks toggle detach / freeze instead of opening boxes). */
+  whatIf(): void;
 }
 
 export interface Toolbar {
@@ -16,6 +18,7 @@ export interface Toolbar {
   setNotes(notes: readonly string[]): void;
   setMessage(text: string): void;
   setBoxesAvailable(available: boolean): void;
+  setWhatIfMode(on: boolean): void;
 }
 
 export function createToolbar(actions: ToolbarActions): Toolbar {
@@ -26,6 +29,14 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
   };
   const expandAll = button("Expand all", "gradviz-expand-all", "Open every module box", actions.expandAll);
   const collapseAll = button("Collapse all", "gradviz-collapse-all", "Close every module box", actions.collapseAll);
+  const whatIf = button(
+    "✂ What-if",
+    "gradviz-whatif-toggle",
+    "What-if mode: click tensors, ops, leaves and boxes to detach / freeze them and see which leaves lose gradient",
+    actions.whatIf,
+  );
+  whatIf.classList.add("gradviz-whatif-toggle");
+  whatIf.setAttribute("aria-pressed", "false");
   const counts = h("span", { class: "gradviz-counts", "data-testid": "gradviz-counts" });
   const element = h(
     "div",
@@ -34,6 +45,7 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     button("1:1", "gradviz-zoom-reset", "Reset zoom to 100%", actions.zoomReset),
     expandAll,
     collapseAll,
+    whatIf,
     counts,
   );
   const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });
@@ -56,6 +68,9 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
       collapseAll.disabled = !available;
       expandAll.hidden = !available;
       collapseAll.hidden = !available;
+    },
+    setWhatIfMode(on) {
+      whatIf.setAttribute("aria-pressed", String(on));
     },
   };
 }

@@ -1,6 +1,6 @@
 // Display text for nodes, boxes and the details panel. Plain strings only: the view puts them
 // into the page with textContent / canvas text, never as HTML.
-import type { GraphNode, ModuleCall } from "../payload";
+import type { GhostTensor, GraphNode, ModuleCall } from "../payload";
 
 export function formatShape(shape: number[] | null | undefined): string {
   return shape ? "[" + shape.join(", ") + "]" : "";
@@ -22,6 +22,13 @@ export function nodeLabel(n: GraphNode): string {
 
 export function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+/** A ghost tensor (detached / frozen, forward only): "detach()" or "❄ name", then the shape. */
+export function ghostLabel(g: GhostTensor): string {
+  const title = g.kind === "frozen" ? "❄ " + (g.names[0] || g.label || "frozen") : g.label || "detach()";
+  const shape = formatShape(g.shape);
+  return shape ? title + "\n" + shape : title;
 }
 
 /** Collapsed box: "blocks.0 (call 2)" then "Block · 42 nodes". */

@@ -1,17 +1,20 @@
 // The visible quotient graph: what is on screen for a payload and a set of expanded module calls.
 // Pure data in, pure data out (no DOM), so it is unit-tested in node and cheap to recompute per click.
-import type { GraphEdge, GraphNode, GraphPayload, ModuleCall } from "../payload";
+import type { GhostTensor, GraphEdge, GraphNode, GraphPayload, ModuleCall } from "../payload";
 
 /** Prefixes keep node ids and call ids apart in one id space (a node could be called "fc1"). */
 export const nodeKey = (id: string): string => "n:" + id;
 export const callKey = (id: string): string => "c:" + id;
+export const ghostKey = (id: string): string => "g:" + id;
 
 export type VisibleItem =
   | { key: string; type: "node"; node: GraphNode; parent: string | null }
   /** A collapsed call: one box standing for every node inside it. */
   | { key: string; type: "collapsed"; call: ModuleCall; size: number; parent: string | null }
   /** An expanded call: a compound box drawn around its visible members. */
-  | { key: string; type: "expanded"; call: ModuleCall; size: number; parent: string | null };
+  | { key: string; type: "expanded"; call: ModuleCall; size: number; parent: string | null }
+  /** A detached / frozen tensor seen in the forward pass only: drawn greyed, takes no part in what-if. */
+  | { key: string; type: "ghost"; ghost: GhostTensor; parent: string | null };
 
 export interface VisibleEdge {
   key: string;
@@ -19,8 +22,10 @@ export interface VisibleEdge {
   target: string;
   /** How many payload edges this visible edge stands for. */
   count: number;
-  /** Indices into payload.edges. */
+  /** Indices into payload.edges (empty for ghost edges). */
   edges: number[];
+  /** True for the dashed edges into and out of ghost tensors. */
+  ghost?: boolean;
 }
 
 export interface VisibleGraph {
@@ -30,7 +35,7 @@ export interface VisibleGraph {
 }
 
 export interface VisibleCounts {
-  /** Op, leaf and root nodes drawn as themselves. */
+  /** Op, leaf and root nodes drawn as themselves (ghosts are not counted, nor their edges). */
   nodes: number;
   collapsed: number;
   expanded: number;
@@ -78,11 +83,16 @@ export function indexCalls(payload: GraphPayload): CallIndex {
 
 /** Who stands for `node` on screen: itself, or the outermost collapsed call around it. */
 export function representative(node: GraphNode, index: CallIndex, expanded: ReadonlySet<string>): string {
-  const chain = node.call ? index.chain.get(node.call) : undefined;
+  return representativeIn(node.call, nodeKey(node.id), index, expanded);
+}
+
+/** Who stands for an element of call `call` whose own key is `own`. */
+function representativeIn(call: string, own: string, index: CallIndex, expanded: ReadonlySet<string>): string {
+  const chain = call ? index.chain.get(call) : undefined;
   if (chain) {
     for (const c of chain) if (!expanded.has(c)) return callKey(c);
   }
-  return nodeKey(node.id);
+  return own;
 }
 
 /** The innermost call of `chain` that is expanded with every ancestor expanded, as a box key. */
@@ -132,10 +142,16 @@ export function visibleGraph(payload: GraphPayload, expanded: ReadonlySet<string
     }
   }
   const edges = aggregateEdges(payload.edges, repOf);
+  const ghosts = ghostItems(payload.ghosts ?? [], repOf, index, expanded);
+  // A ghost of a call that holds no graph node has no box to live in: it is not drawn.
+  const present = new Set([...callItems, ...items].map((i) => i.key));
+  const ghostShown = ghosts.items.filter((g) => g.parent === null || present.has(g.parent));
+  for (const g of ghostShown) present.add(g.key);
+  const ghostEdges = ghosts.edges.filter((e) => present.has(e.source) && present.has(e.target));
   return {
     // Compound parents first: graph libraries want a parent to exist before its children.
-    items: [...callItems, ...items],
-    edges,
+    items: [...callItems, ...items, ...ghostShown],
+    edges: [...edges, ...ghostEdges],
     counts: { nodes, collapsed, expanded: expandedCount, edges: edges.length },
   };
 }
@@ -157,4 +173,32 @@ export function aggregateEdges(edges: readonly GraphEdge[], repOf: ReadonlyMap<s
     v.edges.push(i);
   });
   return [...byPair.values()];
+}
+
+/** Ghost tensors placed like nodes of their call (hidden into a collapsed box), with dashed edges
+ *  source -> ghost -> each target between representatives; self loops dropped, duplicates merged. */
+function ghostItems(
+  ghosts: readonly GhostTensor[],
+  repOf: ReadonlyMap<string, string>,
+  index: CallIndex,
+  expanded: ReadonlySet<string>,
+): { items: VisibleItem[]; edges: VisibleEdge[] } {
+  const items: VisibleItem[] = [];
+  const byPair = new Map<string, VisibleEdge>();
+  const link = (s: string | undefined, t: string | undefined): void => {
+    if (s === undefined || t === undefined || s === t) return;
+    const pair = s + "\u0000" + t;
+    const known = byPair.get(pair);
+    if (known) known.count++;
+    else byPair.set(pair, { key: "ge:" + byPair.size, source: s, target: t, count: 1, edges: [], ghost: true });
+  };
+  for (const g of ghosts) {
+    const call = g.call && index.calls.has(g.call) ? g.call : "";
+    const own = ghostKey(g.id);
+    const rep = representativeIn(call, own, index, expanded);
+    if (rep === own) items.push({ key: own, type: "ghost", ghost: g, parent: enclosingBox(call ? index.chain.get(call) : undefined, expanded) });
+    if (g.source !== null) link(repOf.get(g.source), rep);
+    for (const t of g.targets) link(rep, repOf.get(t));
+  }
+  return { items, edges: [...byPair.values()] };
 }

@@ -1,7 +1,8 @@
 // The canvas: Cytoscape draws, ELK (in a worker) places. Knows nothing of the anywidget model.
 import cytoscape from "cytoscape";
 import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytoscape";
-import { collapsedLabel, expandedLabel, nodeLabel } from "../state/labels";
+import { collapsedLabel, expandedLabel, ghostLabel, nodeLabel } from "../state/labels";
+import type { Decorations } from "../state/whatifview";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { LayoutEngine, type Point, type Size } from "./layout";
 import { toSegments } from "./segments";
@@ -10,7 +11,9 @@ import type { Theme } from "./theme";
 
 export interface ViewHandlers {
   /** A node or box was clicked; `key` is its element id ("n:<node id>" or "c:<call id>"). */
-  tap(key: string, kind: string): void;
+  tap(key: string, kind: string, shift: boolean): void;
+  /** An edge was clicked (only in what-if mode do edges take clicks); `key` is a VisibleEdge key. */
+  tapEdge(key: string, shift: boolean): void;
   background(): void;
 }
 
@@ -33,6 +36,10 @@ export class GraphView {
   private measureCtx: CanvasRenderingContext2D | null;
   private theme: Theme;
   lastLayoutMs = 0;
+  /** The graph currently drawn (null before the first layout). */
+  shown: VisibleGraph | null = null;
+  private whatIfMode = false;
+  private decorations: Decorations | null = null;
   private invalidateOffsets: () => void;
   private container: HTMLElement;
 
@@ -65,8 +72,10 @@ export class GraphView {
       // One physical click can reach us more than once while bubbling through compound parents.
       if (e.originalEvent && e.originalEvent === lastEvent) return;
       lastEvent = e.originalEvent;
+      const shift = !!(e.originalEvent as MouseEvent | undefined)?.shiftKey;
       if (e.target === this.cy) handlers.background();
-      else if (e.target.isNode()) handlers.tap(e.target.id(), e.target.data("kind"));
+      else if (e.target.isNode()) handlers.tap(e.target.id(), e.target.data("kind"), shift);
+      else if (e.target.isEdge()) handlers.tapEdge(e.target.id(), shift);
     });
   }
 
@@ -91,6 +100,9 @@ export class GraphView {
           label: labelOf(item),
           w: size?.width ?? 10,
           h: size?.height ?? 10,
+          base: labelOf(item),
+          bw: size?.width ?? 10,
+          bh: size?.height ?? 10,
         },
         position: positions.get(item.key),
       });
@@ -102,8 +114,18 @@ export class GraphView {
       const segments = route && s && t ? toSegments(route, s, t) : null;
       elements.push({
         group: "edges",
-        data: { id: e.key, source: e.source, target: e.target, count: e.count, countLabel: "×" + e.count, ...segments },
-        classes: segments ? (segments.ws ? "routed" : "pinned") : "",
+        data: {
+          id: e.key,
+          source: e.source,
+          target: e.target,
+          count: e.count,
+          countLabel: "×" + e.count,
+          cutLabel: e.count > 1 ? "✂ ×" + e.count : "✂",
+          ...segments,
+        },
+        classes: [segments ? (segments.ws ? "routed" : "pinned") : "", e.ghost ? "ghost" : this.whatIfMode ? "wi-tap" : ""]
+          .filter(Boolean)
+          .join(" "),
       });
     }
     const selected = this.cy.$("node:selected").map((n) => n.id());
@@ -112,6 +134,8 @@ export class GraphView {
       this.cy.add(elements);
       for (const id of selected) this.cy.getElementById(id).select();
     });
+    this.shown = graph;
+    if (this.decorations) this.decorate(this.decorations);
     if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
     else if (options.fit) this.fitReadable();
     return true;
@@ -202,6 +226,58 @@ export class GraphView {
     this.cy.resize();
   }
 
+  /** What-if mode: edges (tensors) take clicks, with Cytoscape's hit tolerance around the line. */
+  setWhatIfMode(on: boolean): void {
+    this.whatIfMode = on;
+    // A click toggles in what-if mode: Cytoscape must not select what was clicked.
+    if (on) this.cy.$(":selected").unselect();
+    this.cy.autounselectify(on);
+    this.cy.batch(() => {
+      const edges = this.cy.edges().not(".ghost");
+      if (on) edges.addClass("wi-tap");
+      else edges.removeClass("wi-tap");
+    });
+  }
+
+  /** Apply what-if classes and labels: styles only, never a re-layout. Elements whose label
+   *  changes get their size re-measured in place (a badge line, a snowflake). */
+  decorate(deco: Decorations): void {
+    this.decorations = deco;
+    this.cy.batch(() => {
+      this.cy.elements().forEach((ele) => {
+        const id = ele.id();
+        const want = deco.classes.get(id) ?? "";
+        const have: string = ele.scratch("_wi") ?? "";
+        if (want !== have) {
+          if (have) ele.removeClass(have);
+          if (want) ele.addClass(want);
+          ele.scratch("_wi", want);
+        }
+        if (!ele.isNode()) return;
+        const template = deco.labels.get(id);
+        const base: string = ele.data("base");
+        const label = template ? template.replace("{base}", base) : base;
+        if (label === ele.data("label")) return;
+        if (label === base) {
+          ele.data({ label, w: ele.data("bw"), h: ele.data("bh") });
+          return;
+        }
+        const kind: string = ele.data("kind");
+        const size = this.measureLabel(label, kind === "collapsed" || kind === "root", kind === "collapsed");
+        ele.data({ label, w: Math.max(size.width, ele.data("bw")), h: Math.max(size.height, ele.data("bh")) });
+      });
+    });
+  }
+
+  /** Client coordinates of an edge's midpoint (on its drawn route), for a real mouse click. */
+  edgePoint(key: string): { x: number; y: number } | null {
+    const e = this.cy.getElementById(key);
+    if (e.empty() || !e.isEdge()) return null;
+    const rect = this.cy.container()!.getBoundingClientRect();
+    const p = e.renderedMidpoint();
+    return { x: rect.left + p.x, y: rect.top + p.y };
+  }
+
   destroy(): void {
     for (const type of POINTER_EVENTS) this.container.removeEventListener(type, this.invalidateOffsets, { capture: true });
     this.generation++;
@@ -210,8 +286,11 @@ export class GraphView {
   }
 
   private measure(item: VisibleItem): Size {
-    const label = labelOf(item);
     const bold = item.type === "collapsed" || (item.type === "node" && item.node.kind === "root");
+    return this.measureLabel(labelOf(item), bold, item.type === "collapsed");
+  }
+
+  private measureLabel(label: string, bold: boolean, collapsed: boolean): Size {
     const lines = label.split("\n");
     const ctx = this.measureCtx;
     let width = 0;
@@ -221,7 +300,7 @@ export class GraphView {
     } else {
       width = Math.max(...lines.map((l) => l.length)) * FONT_SIZE * 0.62;
     }
-    const padY = item.type === "collapsed" ? NODE_PAD.y + 4 : NODE_PAD.y;
+    const padY = collapsed ? NODE_PAD.y + 4 : NODE_PAD.y;
     return {
       width: Math.ceil(Math.max(48, width + 2 * NODE_PAD.x + (bold ? 4 : 0))),
       height: Math.ceil(lines.length * LINE_HEIGHT + 2 * padY),
@@ -237,5 +316,7 @@ function labelOf(item: VisibleItem): string {
       return collapsedLabel(item.call, item.size);
     case "expanded":
       return expandedLabel(item.call);
+    case "ghost":
+      return ghostLabel(item.ghost);
   }
 }

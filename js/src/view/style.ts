@@ -112,5 +112,68 @@ export function stylesheet(t: Theme): StylesheetJson {
       style: { "source-endpoint": "data(sep)", "target-endpoint": "data(tep)" } as Record<string, unknown>,
     },
     { selector: "edge.hl", style: { "line-color": t.brand, "target-arrow-color": t.brand } },
+    // --- Ghost tensors: forward-only detached / frozen tensors, greyed, take no clicks. ---
+    {
+      selector: 'node[kind = "ghost"]',
+      style: {
+        shape: "round-rectangle",
+        "background-color": t.background,
+        "border-color": t.ghost,
+        "border-style": "dashed",
+        "border-width": 1.2,
+        color: t.ghost,
+        "font-style": "italic",
+        events: "no",
+      },
+    },
+    {
+      selector: "edge.ghost",
+      style: { "line-style": "dashed", "line-dash-pattern": [4, 3], "line-color": t.ghost, "target-arrow-color": t.ghost, width: 1, events: "no" },
+    },
+    // --- What-if. Order matters: later rules win. ---
+    // In what-if mode tensors (edges) take clicks; Cytoscape adds a hit margin around the line.
+    { selector: "edge.wi-tap", style: { events: "yes" } },
+    { selector: ".wi-pruned", style: { opacity: 0.3 } },
+    {
+      selector: "node.wi-lost",
+      style: { "background-color": t.dangerFill, "border-color": t.danger, "border-width": 3.5, "border-style": "solid", opacity: 1 },
+    },
+    {
+      selector: "node.wi-frozen",
+      style: { "background-color": t.frozenFill, "border-color": t.frozen, "border-style": "dashed", "border-width": 2.5 },
+    },
+    { selector: "node.wi-frozen.wi-lost", style: { "border-color": t.danger, "border-width": 3.5 } },
+    {
+      selector: 'node.wi-detached[kind = "op"]',
+      style: { "border-color": t.danger, "border-width": 2.5, "border-style": "dashed", opacity: 1, color: t.danger },
+    },
+    {
+      selector: 'node.wi-haslost[kind = "collapsed"]',
+      style: { "border-color": t.danger, "border-width": 3, "border-style": "solid", color: t.danger, opacity: 1 },
+    },
+    { selector: 'node.wi-haslost[kind = "expanded"]', style: { "border-color": t.danger, "border-width": 2, "border-opacity": 1, color: t.danger } },
+    {
+      selector: "edge.wi-partcut",
+      style: { "line-color": t.danger, "target-arrow-color": t.danger, "line-style": "dashed", "line-dash-pattern": [2, 4] },
+    },
+    {
+      selector: "edge.wi-cut",
+      style: {
+        "line-color": t.danger,
+        "target-arrow-color": t.danger,
+        "target-arrow-shape": "tee",
+        "line-style": "dashed",
+        "line-dash-pattern": [6, 4],
+        width: 2.5,
+        label: "data(cutLabel)",
+        color: t.danger,
+        "font-size": 13,
+        "font-weight": "bold",
+        "text-background-opacity": 1,
+        "min-zoomed-font-size": 4,
+        opacity: 1,
+      },
+    },
+    { selector: "node:selected", style: { "border-color": t.brand, "border-width": 3, "border-style": "solid" } },
   ];
 }

@@ -13,6 +13,12 @@ export interface Theme {
   boxFill: string;
   expandedFill: string;
   edge: string;
+  /** What-if: lost gradients and cuts (red), frozen leaves (blue-grey), ghosts (grey). */
+  danger: string;
+  dangerFill: string;
+  frozen: string;
+  frozenFill: string;
+  ghost: string;
   fontFamily: string;
   dark: boolean;
 }
@@ -60,6 +66,8 @@ export function readTheme(el: HTMLElement): Theme {
     const textMuted = pick(["--jp-ui-font-color1"], dark ? "#c8c8c8" : "#333333", bg);
     const brand = pick(["--jp-brand-color1", "--vscode-focusBorder"], dark ? "#4a9de6" : "#1976d2", bg);
     const border = pick(["--jp-border-color1"], dark ? "#616161" : "#bdbdbd", bg);
+    const danger = pick(["--jp-error-color1", "--vscode-errorForeground"], dark ? "#ef5350" : "#d32f2f", bg);
+    const frozen = dark ? ([144, 164, 174] as Rgb) : ([84, 110, 122] as Rgb); // Material blue-grey
     const font = css.getPropertyValue("--jp-ui-font-family").trim() || css.getPropertyValue("--vscode-font-family").trim();
     return {
       background: hex(bg),
@@ -73,6 +81,11 @@ export function readTheme(el: HTMLElement): Theme {
       boxFill: hex(mix(panelAlt, brand, dark ? 0.1 : 0.06)),
       expandedFill: hex(mix(bg, text, dark ? 0.05 : 0.025)),
       edge: hex(mix(bg, textMuted, 0.55)),
+      danger: hex(danger),
+      dangerFill: hex(mix(bg, danger, dark ? 0.35 : 0.2)),
+      frozen: hex(frozen),
+      frozenFill: hex(mix(bg, frozen, dark ? 0.35 : 0.22)),
+      ghost: hex(mix(bg, textMuted, 0.45)),
       fontFamily: font || "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif",
       dark,
     };

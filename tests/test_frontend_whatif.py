@@ -1,0 +1,310 @@
+"""What-if in the built bundle, in a blank headless Chromium page with a fake anywidget model.
+
+Real mouse clicks switch on what-if mode and toggle a tensor (edge), an op, a leaf and module boxes;
+the synced ``toggles`` trait, the lost / pruned / cut marks (read through ``__gradviz.whatIf()`` and
+Cytoscape classes), Reset, the ``verified`` banner and ghost tensors are checked.
+
+``fixtures/whatif_ghosts.json`` is ``to_payload(gv.trace(loss, model=m, capture=cap))`` of::
+
+    enc (fc1 -> relu -> fc2) -> chunk(2) -> cat -> + frozen(h.detach()) -> head -> pow -> mean
+    with m.frozen.requires_grad_(False): ghosts g0 = detach() of n8 (fc2's addmm), g1/g2 = frozen.*
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SCREENSHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+# Fake anywidget model (as in test_frontend_bundle.py) that also records `send` messages.
+HARNESS = """
+async ([source, state]) => {
+  const listeners = {};
+  const model = {
+    state, saves: 0, sent: [],
+    get: (k) => model.state[k],
+    set(k, v) {
+      if (JSON.stringify(model.state[k]) === JSON.stringify(v)) return;
+      model.state[k] = v;
+      for (const f of listeners["change:" + k] || []) f();
+    },
+    on(ev, f) { (listeners[ev] ||= []).push(f); },
+    off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
+    save_changes() { model.saves++; },
+    send(msg) { model.sent.push(msg); },
+    listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
+  };
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const mod = await import(url);
+  const el = document.getElementById("host");
+  const cleanup = await mod.default.render({ model, el });
+  window.gv = { model, el, cleanup, hook: el.querySelector(".gradviz-root").__gradviz };
+  await window.gv.hook.idle();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not BUNDLE.exists():
+        pytest.skip("bundle not built: cd js && npm ci && npm run build")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def fixture_payload() -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads((FIXTURES / "whatif_ghosts.json").read_text())
+    return payload
+
+
+class Page:
+    def __init__(self, browser: Any, tmp_path: Path, payload: dict[str, Any], **traits: Any) -> None:
+        self.errors: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1040, "height": 1040})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        html = tmp_path / "index.html"
+        html.write_text(
+            '<!doctype html><html><body style="margin:10px"><div id="host" style="width:1000px"></div></body></html>'
+        )
+        self.page.goto(html.as_uri())
+        state = {
+            "graph_data": payload,
+            "expanded": [],
+            "selected": "",
+            "height": 600,
+            "toggles": {"detach": [], "freeze": []},
+            "verified": {},
+            "can_verify": False,
+            **traits,
+        }
+        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
+
+    def js(self, expr: str, arg: Any = None) -> Any:
+        return self.page.evaluate(expr, arg)
+
+    def click_at(self, point: dict[str, float] | None, what: str, shift: bool = False) -> None:
+        assert point, f"{what} is not on screen"
+        if shift:
+            self.page.keyboard.down("Shift")
+        self.page.mouse.click(point["x"], point["y"])
+        if shift:
+            self.page.keyboard.up("Shift")
+
+    def click_node(self, node_id: str) -> None:
+        self.click_at(self.js("(id) => gv.hook.nodePoint(id)", node_id), node_id)
+
+    def click_box(self, call_id: str, shift: bool = False) -> None:
+        self.click_at(self.js("(id) => gv.hook.boxPoint(id)", call_id), call_id, shift)
+
+    def click_edge(self, source: str, target: str) -> None:
+        key = self.js("([s, t]) => gv.hook.edgeBetween(s, t)", [source, target])
+        assert key, f"no edge {source} -> {target}"
+        self.click_at(self.js("(k) => gv.hook.edgePoint(k)", key), key)
+
+    def toggles(self) -> dict[str, list[str]]:
+        toggles: dict[str, list[str]] = self.js("() => gv.model.state.toggles")
+        return toggles
+
+    def answer(self) -> dict[str, Any]:
+        answer: dict[str, Any] = self.js("() => gv.hook.whatIf()")
+        return answer
+
+    def has_class(self, key: str, cls: str) -> bool:
+        return bool(self.js("([k, c]) => gv.hook.cy.$id(k).hasClass(c)", [key, cls]))
+
+    def summary(self) -> str:
+        return str(self.page.locator("[data-testid=gradviz-whatif-summary]").inner_text())
+
+    def positions(self) -> dict[str, Any]:
+        return dict(
+            self.js(
+                "() => Object.fromEntries(gv.hook.cy.nodes().filter((n) => !n.isParent())"
+                ".map((n) => [n.id(), n.position()]))"
+            )
+        )
+
+
+ALL_CALLS = ["enc", "enc.fc1", "enc.fc2", "head"]
+
+
+def test_whatif_mode_click_edge_node_leaf_then_reset(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, fixture_payload(), expanded=ALL_CALLS, height=900)
+    assert p.page.locator("[data-testid=gradviz-whatif]").is_hidden()
+    p.page.click("[data-testid=gradviz-whatif-toggle]")
+    assert p.js("() => gv.hook.whatIfMode()") is True
+    assert p.page.locator("[data-testid=gradviz-whatif-toggle]").get_attribute("aria-pressed") == "true"
+    assert "Click a tensor" in p.page.locator("[data-testid=gradviz-whatif-hint]").inner_text()
+    p.page.click("[data-testid=gradviz-fit]")  # every node on screen, for the mouse
+    before = p.positions()
+    layouts = p.js("() => gv.hook.lastLayoutMs()")
+
+    # 1. The tensor relu -> fc2: fc1's parameters lose their gradient, fc1's ops are pruned.
+    p.click_edge("n:n11", "n:n8")
+    assert p.toggles() == {"detach": ["n11:0"], "freeze": []}
+    assert p.js("() => gv.model.saves") >= 1
+    answer = p.answer()
+    assert sorted(answer["lost"]) == ["n14", "n15"]
+    assert {"n11", "n12", "n13", "n14", "n15"} == set(answer["pruned"])
+    edge = p.js("() => gv.hook.edgeBetween('n:n11', 'n:n8')")
+    assert p.has_class(edge, "wi-cut")
+    assert p.has_class("n:n14", "wi-lost") and p.has_class("n:n15", "wi-lost")
+    assert p.has_class("n:n12", "wi-pruned") and not p.has_class("n:n8", "wi-pruned")
+    assert p.has_class("c:enc.fc1", "wi-haslost")
+    assert "2 of 6 leaves lose gradient: enc.fc1.weight, enc.fc1.bias" in p.summary()
+    assert "backward runs 13 of 18 nodes" in p.summary()
+    # Styles only: nothing moved, no new layout.
+    assert p.positions() == before and p.js("() => gv.hook.lastLayoutMs()") == layouts
+    assert p.js("() => gv.el.querySelector('.gradviz-root').dataset.layout") == "idle"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    # 2. The same edge again: untoggled.
+    p.click_edge("n:n11", "n:n8")
+    assert p.toggles() == {"detach": [], "freeze": []}
+    assert p.answer()["lost"] == [] and not p.has_class("n:n14", "wi-lost")
+
+    # 3. An op (every output of the chunk's Split): the whole encoder loses its gradient.
+    p.click_node("n7")
+    assert p.toggles()["detach"] == ["n7"]
+    assert sorted(p.answer()["lost"]) == ["n10", "n14", "n15", "n16"]
+    assert p.has_class("n:n7", "wi-detached")
+    assert all(p.has_class(p.js("() => gv.hook.edgeBetween('n:n7', 'n:n6')"), c) for c in ["wi-cut"])
+
+    # 4. A leaf: frozen (requires_grad=False), marked with a snowflake, lost.
+    p.click_node("n4")
+    assert p.toggles() == {"detach": ["n7"], "freeze": ["n4"]}
+    assert p.has_class("n:n4", "wi-frozen") and p.has_class("n:n4", "wi-lost")
+    assert p.js("() => gv.hook.cy.$id('n:n4').data('label')").startswith("❄ head.weight")
+    assert "5 of 6 leaves lose gradient" in p.summary()
+    ms = p.js("() => gv.hook.lastWhatIfMs()")
+    print(f"\nwhat-if toggle on {len(before)} elements: {ms:.1f} ms from click to styles applied")
+    widget = p.page.locator("[data-testid=gradviz-root]")
+    widget.screenshot(path=str(tmp_path / "whatif.png"))
+    widget.screenshot(path=str(SCREENSHOTS / "whatif.png"))
+
+    # 5. Reset clears everything, in the trait too.
+    p.page.click("[data-testid=gradviz-whatif-reset]")
+    assert p.toggles() == {"detach": [], "freeze": []}
+    assert p.answer() == {"lost": [], "pruned": [], "runs": 18, "total": 18}
+    assert p.js("() => gv.hook.cy.$('.wi-lost, .wi-cut, .wi-pruned, .wi-frozen').length") == 0
+    assert p.js("() => gv.hook.cy.$id('n:n4').data('label')").startswith("head.weight")
+
+    # 6. Mode off: clicks select again, and edges take no clicks.
+    p.page.click("[data-testid=gradviz-whatif-toggle]")
+    p.click_node("n7")
+    assert p.js("() => gv.model.state.selected") == "n7"
+    assert p.toggles() == {"detach": [], "freeze": []}
+    assert p.errors == []
+
+
+def test_collapsed_boxes_detach_outputs_and_shift_click_freezes(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, fixture_payload())
+    p.js("() => gv.hook.setWhatIfMode(true)")
+    p.page.click("[data-testid=gradviz-fit]")
+    p.click_box("enc")
+    assert p.toggles() == {"detach": ["call:enc"], "freeze": []}
+    assert sorted(p.answer()["lost"]) == ["n10", "n14", "n15", "n16"]
+    assert p.has_class("c:enc", "wi-haslost")
+    label = p.js("() => gv.hook.cy.$id('c:enc').data('label')")
+    assert label.startswith("✂ ▸ enc") and "✖ 4 lose gradient" in label
+    p.click_box("head", shift=True)
+    assert p.toggles() == {"detach": ["call:enc"], "freeze": ["call:head"]}
+    assert sorted(p.answer()["lost"]) == ["n10", "n14", "n15", "n16", "n17", "n4"]
+    assert p.has_class("c:head", "wi-frozen")
+    # Python sets the trait: the page follows.
+    p.js("() => gv.model.set('toggles', {detach: [], freeze: ['n4']})")
+    assert p.answer()["lost"] == ["n4"]
+    assert not p.has_class("c:enc", "wi-haslost")
+    assert "1 of 6 leaves loses gradient" not in p.summary()  # plural of the total, not of the lost
+    assert "1 of 6 leaves lose gradient: head.weight" in p.summary()
+    p.page.screenshot(path=str(tmp_path / "boxes.png"))
+    assert p.errors == []
+
+
+def test_verified_banner_and_verify_button(browser: Any, tmp_path: Path) -> None:
+    toggles = {"detach": ["n11:0"], "freeze": []}
+    bad = {
+        "toggles": toggles,
+        "predicted_lost": ["enc.fc1.weight", "enc.fc1.bias"],
+        "actual_lost": ["enc.fc1.weight"],
+        "agree": False,
+        "unverifiable": [],
+        "error": "",
+    }
+    p = Page(browser, tmp_path, fixture_payload(), toggles=toggles, verified=bad, can_verify=True)
+    banner = p.page.locator("[data-testid=gradviz-verified]")
+    assert banner.is_visible()
+    text = banner.inner_text()
+    assert "Prediction and PyTorch disagree" in text and "enc.fc1.bias" in text
+    assert "gradviz-verified-bad" in (banner.get_attribute("class") or "")
+    p.page.screenshot(path=str(tmp_path / "disagree.png"))
+    # The Verify button asks Python to re-run.
+    p.page.click("[data-testid=gradviz-verify]")
+    assert p.js("() => gv.model.sent") == [{"kind": "verify"}]
+    good = {**bad, "actual_lost": bad["predicted_lost"], "agree": True}
+    p.js("(v) => gv.model.set('verified', v)", good)
+    text = banner.inner_text()
+    assert "Verified by re-running PyTorch: 2 leaves lose gradient, as predicted" in text
+    assert "Stale" not in text
+    # Changing the toggles makes the verification stale.
+    p.js("() => gv.model.set('toggles', {detach: [], freeze: []})")
+    assert "Stale" in banner.inner_text()
+    p.js("() => gv.model.set('verified', {})")
+    assert banner.is_hidden()
+    p.js("() => gv.model.set('can_verify', false)")
+    p.js("() => gv.hook.setWhatIfMode(true)")
+    assert p.page.locator("[data-testid=gradviz-verify]").is_hidden()
+    assert p.errors == []
+
+
+def test_ghost_tensors_are_drawn_and_hide_into_boxes(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, fixture_payload(), expanded=ALL_CALLS)
+    ghosts = p.js("() => gv.hook.cy.nodes('[kind = \"ghost\"]').map((n) => [n.id(), n.data('label')])")
+    assert sorted(g[0] for g in ghosts) == ["g:g0", "g:g1", "g:g2"]
+    assert any(label.startswith("detach()") for _, label in ghosts)
+    assert any(label.startswith("❄ frozen.weight") for _, label in ghosts)
+    # Dashed grey edges: fc2's output -> detach() -> the add it fed.
+    assert p.js("() => gv.hook.cy.edges('.ghost').length") == 4
+    assert p.js('() => gv.hook.cy.edges(\'.ghost[source = "n:n8"][target = "g:g0"]\').length') == 1
+    assert p.js("() => gv.hook.visibleCounts().nodes") == 19  # ghosts are not counted as nodes
+    # Collapsing enc: the detach() ghost (top level) now hangs off the box.
+    p.js("() => gv.hook.collapse('enc')")
+    assert p.js('() => gv.hook.cy.edges(\'.ghost[source = "c:enc"][target = "g:g0"]\').length') == 1
+    # Ghosts take no part in what-if and no clicks.
+    p.js("() => gv.hook.setWhatIfMode(true)")
+    p.click_at(
+        p.js(
+            "() => gv.hook.nodePoint('g0') || (() => { const r = gv.hook.cy.container().getBoundingClientRect();"
+            " const q = gv.hook.cy.$id('g:g0').renderedPosition(); return {x: r.left + q.x, y: r.top + q.y}; })()"
+        ),
+        "ghost g0",
+    )
+    assert p.toggles() == {"detach": [], "freeze": []}
+    p.page.screenshot(path=str(tmp_path / "ghosts.png"))
+    assert p.errors == []
