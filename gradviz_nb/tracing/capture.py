@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.tracing.ghosts import Ghost, GhostObserver
+from gradviz_nb.tracing.ghosts import ForwardObserver, Ghost
 
 
 def _sequence_counter() -> int:
@@ -73,8 +73,8 @@ class Capture:
         gv.GraphWidget(loss, capture=cap)
     """
 
-    def __init__(self, model: nn.Module, keep_forwards: int | None = None, ghosts: bool = True) -> None:
-        if not isinstance(model, nn.Module):
+    def __init__(self, model: nn.Module | None, keep_forwards: int | None = None, ghosts: bool = True) -> None:
+        if model is not None and not isinstance(model, nn.Module):
             raise GradvizError(f"gv.capture expects an nn.Module, got {type(model).__name__}.")
         _sequence_counter()  # check the private API exists before any forward runs
         self.model = model
@@ -82,7 +82,7 @@ class Capture:
         self._stack: list[ModuleCall] = []
         self._handles: list[Any] = []
         self._counts: dict[str, int] = {}
-        self._observer = GhostObserver(model, self._current) if ghosts else None
+        self._observer = ForwardObserver(model, self._current) if ghosts else None
 
     # -- hooks -------------------------------------------------------------------------------------
     def _pre(self, path: str, module: nn.Module) -> None:
@@ -118,7 +118,7 @@ class Capture:
             self._observer.__enter__()  # type: ignore[no-untyped-call]
         # Two global hooks instead of two per module: starting and stopping cost O(1) hook
         # registrations, and modules outside the model are skipped by one dict lookup.
-        paths = {id(m): path for path, m in self.model.named_modules()}
+        paths = {id(m): path for path, m in self.model.named_modules()} if self.model is not None else {}
 
         def pre(module: nn.Module, args: Any) -> None:
             path = paths.get(id(module))
@@ -159,13 +159,19 @@ class Capture:
         return [c for c in itertools.chain.from_iterable(f.calls for f in self._forwards) if c.end >= 0]
 
     @property
+    def values(self) -> dict[int, list[float]]:
+        """Forward values of small op outputs, by autograd sequence number."""
+        return dict(self._observer.values) if self._observer is not None else {}
+
+    @property
     def ghosts(self) -> list[Ghost]:
         """Detached results and frozen parameters seen in the forward (not in the backward graph)."""
         return list(self._observer.ghosts) if self._observer is not None else []
 
     def __repr__(self) -> str:
         state = "recording" if self._handles else "stopped"
-        return f"<gv.Capture of {type(self.model).__name__}: {len(self.calls)} module calls, {state}>"
+        of = type(self.model).__name__ if self.model is not None else "no model"
+        return f"<gv.Capture of {of}: {len(self.calls)} module calls, {state}>"
 
 
 class Attribution:
@@ -197,13 +203,14 @@ class Attribution:
         return call
 
 
-def capture(model: nn.Module, ghosts: bool = True) -> Capture:
+def capture(model: nn.Module | None = None, ghosts: bool = True) -> Capture:
     """Record which module call creates each autograd node made inside the ``with`` block.
 
     Hooks are added to every submodule of ``model`` on entry and all removed on exit, even if the
     block raises. With ``ghosts`` (default), a ``TorchFunctionMode`` also records ``.detach()`` /
     ``.data`` results and uses of frozen parameters, so the graph can show where gradient paths were
-    cut. Example::
+    cut, and forward values of small outputs. ``model=None`` records only those (for a scalar
+    teaching example with no module). Example::
 
         with gv.capture(model) as cap:
             loss = criterion(model(x), y)

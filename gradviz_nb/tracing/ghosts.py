@@ -1,9 +1,13 @@
-"""Ghost tensors: detached results and frozen parameters, seen in the forward pass.
+"""What the forward pass shows and the backward graph cannot: ghost tensors and small values.
+
+Ghosts are detached results and frozen parameters, seen in the forward pass.
 
 They never reach the backward graph (nothing there requires grad), so walking ``grad_fn`` cannot show
 *where* a gradient path was cut. A ``TorchFunctionMode`` during capture sees them: every ``.detach()``
 / ``.data`` result, and every use of a parameter with ``requires_grad=False``. Their grad-less
 descendants are followed until an op whose output is in the graph: that op is the ghost's target.
+The same mode keeps the forward values of small outputs (at most ``SMALL_VALUE`` elements), so a
+teaching graph can show every node's value and gradient.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     from gradviz_nb.tracing.capture import ModuleCall
 
 _DATA_GETTER = torch._C.TensorBase.__dict__["data"]
+SMALL_VALUE = 64
 
 
 @dataclass(eq=False)
@@ -54,14 +59,16 @@ def _tensors_in(values: Iterable[Any]) -> Iterable[torch.Tensor]:
             yield from (t for t in v if isinstance(t, torch.Tensor))
 
 
-class GhostObserver(TorchFunctionMode):
-    """Records ghosts while active; ``current_call`` tells which module call is running."""
+class ForwardObserver(TorchFunctionMode):
+    """Records ghosts and small values while active; ``current_call`` tells which module call runs."""
 
-    def __init__(self, model: nn.Module, current_call: Callable[[], ModuleCall | None]) -> None:
+    def __init__(self, model: nn.Module | None, current_call: Callable[[], ModuleCall | None]) -> None:
         super().__init__()
         self.ghosts: list[Ghost] = []
+        self.values: dict[int, list[float]] = {}  # grad_fn sequence number -> first output's values
         self._current_call = current_call
-        self._frozen = {id(p): (name, p) for name, p in model.named_parameters() if not p.requires_grad}
+        params = model.named_parameters() if model is not None else iter(())
+        self._frozen = {id(p): (name, p) for name, p in params if not p.requires_grad}
         self._frozen_ghost: dict[int, Ghost] = {}
         # id(tensor) -> (weak ref, ghost it carries): by identity (tensor == is elementwise), and weak so
         # observing never keeps activations alive
@@ -69,6 +76,8 @@ class GhostObserver(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if type(out) is torch.Tensor and out.grad_fn is not None and out.numel() <= SMALL_VALUE:
+            self.values.setdefault(out.grad_fn._sequence_nr(), out.detach().flatten().tolist())
         # Hot path (every torch call in the forward): nothing to do unless a detach happens or a ghost
         # (or a frozen parameter) may be among the inputs.
         if _is_detach(func):

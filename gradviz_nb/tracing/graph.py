@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,9 +19,10 @@ class AutogradGraph:
     Edges run in forward data-flow direction (``u -> v`` when ``v`` consumed a tensor ``u`` made);
     gradients flow against them. Node attributes: ``kind`` (``"op"``, ``"leaf"``, ``"root"``), ``op``,
     ``label``, ``module``, ``call``, ``name``, ``names``, ``shape``, ``dtype``, ``requires_grad``,
-    ``seq``, ``saved``. Edge attributes: ``output_nr``, ``input_nr``, ``shape``, and ``slots``: every
-    ``[output_nr, input_nr]`` pair the edge carries (``x * x`` or two chunks of one node feeding one
-    consumer give one edge with two slots). Graph attributes:
+    ``seq``, ``saved``, ``value`` (forward values of small tensors where known: leaves, roots, and ops
+    whose forward ran inside ``gv.capture``; else None). Edge attributes: ``output_nr``, ``input_nr``,
+    ``shape``, and ``slots``: every ``[output_nr, input_nr]`` pair the edge carries (``x * x`` or two
+    chunks of one node feeding one consumer give one edge with two slots). Graph attributes:
     ``modules`` (path -> type and parameter names), ``calls`` (module calls, parents first),
     ``roots``, ``torch_version``, ``captured``, ``notes``.
 
@@ -81,6 +83,34 @@ class AutogradGraph:
         from gradviz_nb.analysis.what_if import what_if  # analysis builds on tracing, not the reverse
 
         return what_if(self.nx, detach, freeze)
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The whole graph as JSON text; :meth:`from_json` gives it back exactly. Example::
+
+            pathlib.Path("graph.json").write_text(g.to_json())
+        """
+        from gradviz_nb.export.data import to_json
+
+        return to_json(self, indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AutogradGraph:
+        """The graph :meth:`to_json` wrote. Example: ``gv.AutogradGraph.from_json(path.read_text())``."""
+        from gradviz_nb.export.data import from_json
+
+        return from_json(text)
+
+    def to_graphml(self, path: str | os.PathLike[str]) -> None:
+        """Write GraphML; list/dict/None attributes become JSON text (GraphML holds scalars only)."""
+        from gradviz_nb.export.data import to_graphml
+
+        to_graphml(self, path)
+
+    def to_dot(self) -> str:
+        """Graphviz DOT text (module calls as clusters), e.g. for ``dot -Tsvg``."""
+        from gradviz_nb.export.data import to_dot
+
+        return to_dot(self)
 
     def summary(self) -> str:
         """One line per kind and the most common ops, for a quick look."""

@@ -11,7 +11,7 @@ from torch import nn
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.capture import Attribution, Capture, ModuleCall, watched
-from gradviz_nb.tracing.ghosts import Ghost
+from gradviz_nb.tracing.ghosts import SMALL_VALUE, Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.tracing.walk import RawNode, short_op, walk
 
@@ -43,6 +43,18 @@ def trace(
             loss = model(x).sum()
         g = gv.trace(loss, model=model, capture=cap)
     """
+    graph, _ = trace_with_nodes(roots, model, capture, names)
+    return graph  # the node map goes out of scope here: nothing pins the autograd graph
+
+
+def trace_with_nodes(
+    roots: torch.Tensor | Sequence[torch.Tensor],
+    model: nn.Module | None = None,
+    capture: Capture | None = None,
+    names: Mapping[str, torch.Tensor] | None = None,
+) -> tuple[AutogradGraph, dict[Any, str]]:
+    """:func:`trace`, plus the live autograd Node -> node id map, for analyses that must hook the nodes
+    (backward recording). The caller must drop the map as soon as it is done: it pins the graph."""
     tensors = _check_roots(roots, model)
     captures = [capture] if capture is not None else watched()
     if model is None and capture is None:
@@ -50,8 +62,11 @@ def trace(
     edges = [torch.autograd.graph.get_gradient_edge(t) for t in tensors]
     raw, keys = walk([e.node for e in edges])
     root_edges = [(keys[e.node], int(e.output_nr)) for e in edges]
-    del edges, keys  # drop every autograd Node reference
+    nodes = {fn: f"n{key}" for fn, key in keys.items()}
+    del edges, keys
     leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
+    values = {f"n{r.key}": _small(r.leaf) for r in raw if r.leaf is not None}
+    values.update((f"root{i}", _small(t)) for i, t in enumerate(tensors))
     leaf_names = _leaf_names(raw, model, names)
     graph = _build(raw, root_edges, tensors, leaf_names, [c for cap in captures for c in cap.calls])
     ghosts = _relevant_ghosts(graph, [gh for cap in captures for gh in cap.ghosts], leaf_of_tensor)
@@ -62,6 +77,9 @@ def trace(
          "call": call_ids[id(c)] if (c := _box(gh.call)) is not None else ""}
         for i, (gh, source, targets) in enumerate(ghosts)
     ]
+    observed = {seq: v for cap in captures for seq, v in cap.values.items()}
+    for n, attrs in graph.nodes(data=True):
+        attrs["value"] = observed.get(attrs["seq"]) if attrs["kind"] == "op" else values.get(n)
     graph.graph["modules"] = _module_tree(model)
     graph.graph["torch_version"] = torch.__version__
     graph.graph["captured"] = bool(graph.graph["calls"])
@@ -69,7 +87,12 @@ def trace(
     if any(r.op == "CompiledFunctionBackward" for r in raw):
         notes.append(COMPILED_NOTE)
     graph.graph["notes"] = notes
-    return AutogradGraph(graph)
+    return AutogradGraph(graph), nodes
+
+
+def _small(t: torch.Tensor) -> list[float] | None:
+    """Values of a tensor small enough to show on a node (teaching graphs), else None."""
+    return t.detach().flatten().tolist() if t.numel() <= SMALL_VALUE else None
 
 
 def _check_roots(roots: Any, model: nn.Module | None) -> list[torch.Tensor]:

@@ -56,8 +56,15 @@ def _outputs_of(node: Any) -> list[tuple[list[int] | None, str]]:
 _saved_names_by_op: dict[str, tuple[str, ...]] = {}
 
 
-def _saved_of(node: Any, op: str) -> list[dict[str, Any]]:
-    """Names of tensors saved for backward (read as raw handles: nothing is unpacked or recomputed)."""
+def _saved_of(node: Any, op: str, storages: dict[tuple[str, int], int] | None = None) -> list[dict[str, Any]]:
+    """Tensors saved for backward, read as raw handles: nothing is unpacked or recomputed.
+
+    Each entry has ``name``, ``shape``, ``dtype`` and, for memory estimates, ``bytes`` (the tensor's own
+    elements), ``storage`` (an id, equal for tensors sharing memory within one walk: pass the same
+    ``storages`` dict), ``storage_bytes`` and ``param`` (a leaf that requires grad, i.e. held anyway).
+    ``bytes`` is 0 with ``packed: True`` when a saved-tensor hook (e.g. non-reentrant checkpoint) holds
+    something else instead, and ``None`` once backward has freed the tensors.
+    """
     names = _saved_names_by_op.get(op)
     if names is None:
         names = tuple(a.removeprefix("_raw_saved_") for a in dir(node) if a.startswith("_raw_saved_"))
@@ -66,8 +73,37 @@ def _saved_of(node: Any, op: str) -> list[dict[str, Any]]:
     for name in names:
         sizes = getattr(node, f"_saved_{name}_sym_sizes", None)
         shape = [int(s) for s in sizes] if isinstance(sizes, (tuple, list)) else None
-        saved.append({"name": name, "shape": shape, "dtype": ""})
+        entry: dict[str, Any] = {"name": name, "shape": shape, "dtype": ""}
+        if storages is not None:
+            _saved_memory(getattr(node, f"_raw_saved_{name}", None), entry, storages)
+        saved.append(entry)
     return saved
+
+
+def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[str, int], int]) -> None:
+    # SavedTensor.data is what was stored, read without unpack hooks (no recomputation, no version
+    # check): the tensor itself, a hook's packed object, or None after backward freed it.
+    items = raw if isinstance(raw, list) else [raw]
+    datas = [getattr(r, "data", None) for r in items]
+    tensors = [t for t in datas if isinstance(t, torch.Tensor)]
+    if not tensors:
+        packed = any(t is not None for t in datas)
+        entry.update(bytes=0 if packed else None, storage=None, storage_bytes=0, param=False)
+        if packed:
+            entry["packed"] = True
+        return
+    t = tensors[0]  # a saved tensor list (rare) is summed, its first tensor gives the storage
+    if entry["shape"] is None and len(tensors) == 1:
+        entry["shape"] = list(t.shape)
+    entry["dtype"] = entry["dtype"] or _dtype_name(t.dtype)
+    storage = t.untyped_storage()
+    key = (str(t.device), int(storage.data_ptr()))
+    entry.update(
+        bytes=sum(x.numel() * x.element_size() for x in tensors),
+        storage=storages.setdefault(key, len(storages)),
+        storage_bytes=int(storage.nbytes()),
+        param=bool(t.is_leaf and t.requires_grad),
+    )
 
 
 def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
@@ -93,6 +129,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
             if nxt is not None and nxt not in keys:
                 keys[nxt] = -1
                 stack.append(nxt)
+    storages: dict[tuple[str, int], int] = {}
     for fn in order:
         op = op_name(fn)
         raw = RawNode(
@@ -101,7 +138,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
             seq=int(fn._sequence_nr()),
             outputs=_outputs_of(fn),
             inputs=[(keys[n], nr) if n is not None else (-1, nr) for n, nr in fn.next_functions],
-            saved=_saved_of(fn, op),
+            saved=_saved_of(fn, op, storages),
         )
         if op == "AccumulateGrad":
             raw.leaf = fn.variable

@@ -7,7 +7,7 @@ from typing import Any
 
 from gradviz_nb.tracing.graph import AutogradGraph
 
-NODE_FIELDS = ("kind", "op", "label", "module", "call", "names", "shape", "dtype", "requires_grad", "saved")
+NODE_FIELDS = ("kind", "op", "label", "module", "call", "names", "shape", "dtype", "requires_grad", "saved", "value")
 INITIAL_VISIBLE = 60  # open deeper levels while the first view stays about this many items
 
 

@@ -22,6 +22,8 @@ export interface GraphNode {
   requires_grad: boolean;
   /** Saved-for-backward tensors where known (name, shape, dtype), without unpacking them. */
   saved: { name: string; shape: number[] | null; dtype: string }[];
+  /** Forward value (flattened) of small tensors (<= 64 elements) where known, else null. */
+  value: number[] | null;
 }
 
 /** A tensor flowing forward from `source` (its output `output_nr`) into `target` (input `input_nr`). */

@@ -1,0 +1,298 @@
+"""Record the real backward pass node by node: ``gv.record_backward``.
+
+Hooks on every autograd node of the traced graph record, in the order PyTorch's engine runs them, the
+gradient each node received (its input buffer, already summed over consumers) and the gradients it
+sent to each input. Statistics are kept as small tensors during the pass and turned into numbers once
+at the end (a ``.item()`` per gradient per node would triple the backward time); full values are kept
+for small gradients and for leaves. By default the user's ``.grad`` are put back exactly as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing import AutogradGraph, Capture
+from gradviz_nb.tracing.trace import trace_with_nodes
+
+SMALL = 64  # gradients with at most this many elements keep their full values
+
+
+@dataclass
+class GradStats:
+    """One gradient tensor: shape and statistics always; ``value`` when small, asked for, or a leaf's."""
+
+    shape: list[int]
+    norm: float
+    mean: float
+    max_abs: float
+    nonfinite: bool
+    value: torch.Tensor | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        small = self.value if self.value is not None and self.value.numel() <= SMALL else None
+        return {"shape": self.shape, "norm": self.norm, "mean": self.mean, "max_abs": self.max_abs,
+                "nonfinite": self.nonfinite, "value": small.flatten().tolist() if small is not None else None}
+
+
+@dataclass
+class Delivery:
+    """A gradient this step sent along an edge: into ``target``'s input buffer at ``output_nr``."""
+
+    target: str
+    output_nr: int
+    input_nr: int
+
+
+@dataclass
+class Step:
+    """One node run by the engine, with what it received and sent."""
+
+    index: int
+    pass_index: int
+    node: str
+    op: str
+    grad_outputs: list[GradStats | None]
+    grad_inputs: list[GradStats | None]
+    deliveries: list[Delivery]
+    leaf_before: GradStats | None = None  # a leaf's .grad before this pass accumulated into it
+    leaf_after: GradStats | None = None  # and after
+
+
+class _Pending:
+    """Per-gradient statistics as one stacked tensor; converted to floats once, after the pass."""
+
+    def __init__(self, t: torch.Tensor, keep: bool) -> None:
+        g = t.detach()
+        flat = g.reshape(-1)
+        if flat.numel() == 0:
+            self.stats = torch.zeros(4)
+        else:
+            lo, hi = torch.aminmax(flat)
+            f = flat.float()
+            self.stats = torch.stack([torch.linalg.vector_norm(f), f.mean(), torch.maximum(-lo, hi).float(),
+                                      (~torch.isfinite(f.sum())).float()])
+        self.shape = list(g.shape)
+        self.value = g.clone() if keep or g.numel() <= SMALL else None
+
+    def resolve(self, numbers: list[float]) -> GradStats:
+        norm, mean, max_abs, bad = numbers
+        return GradStats(self.shape, norm, mean, max_abs, bool(bad) or norm != norm, self.value)
+
+
+@dataclass
+class _PendingStep:
+    step: Step
+    outs: list[_Pending | None]
+    ins: list[_Pending | None] = field(default_factory=list)
+    before: _Pending | None = None
+    after: _Pending | None = None
+
+
+class BackwardRecording:
+    """The steps of one or more recorded backward passes over the same graph.
+
+    Example::
+
+        rec = gv.record_backward(loss, model=model)
+        rec.steps[0].node          # the root's grad_fn: the first node the engine runs
+        rec.leaf_grad("fc1.weight")  # the full gradient that reached fc1.weight in the last pass
+    """
+
+    def __init__(self, graph: AutogradGraph) -> None:
+        self.graph = graph
+        self.steps: list[Step] = []
+        self.passes = 0
+        self._leaf_grads: list[dict[str, torch.Tensor]] = []
+        self.values: dict[str, Any] = {}  # node id -> forward value (small tensors PyTorch saved)
+
+    def leaf_grad(self, name: str, pass_index: int = -1) -> torch.Tensor:
+        """The gradient a leaf (by name or id) received in one pass (default: the last)."""
+        node = self.graph.find(name)
+        grads = self._leaf_grads[pass_index]
+        if node not in grads:
+            raise GradvizError(f"{name!r} received no gradient in pass {pass_index} (pruned, or not a leaf).")
+        return grads[node]
+
+    def pass_steps(self, pass_index: int = -1) -> list[Step]:
+        wanted = range(self.passes)[pass_index]
+        return [s for s in self.steps if s.pass_index == wanted]
+
+    def __repr__(self) -> str:
+        return f"<BackwardRecording: {self.passes} pass(es), {len(self.steps)} steps over {self.graph!r}>"
+
+
+def record_backward(
+    loss: torch.Tensor,
+    model: nn.Module | None = None,
+    capture: Capture | None = None,
+    names: Mapping[str, torch.Tensor] | None = None,
+    *,
+    accumulate: bool = False,
+    keep_values: bool = False,
+    keep_leaf_values: bool = True,
+    into: BackwardRecording | None = None,
+) -> BackwardRecording:
+    """Run the real ``loss.backward()`` with hooks on every node and record it step by step.
+
+    By default ``.grad`` of every leaf ends exactly as before (the same tensor objects) and the graph
+    stays usable. ``accumulate=True`` really accumulates into ``.grad`` (to show a second pass adding to
+    the first). ``keep_values`` keeps full values of every gradient (not only small ones and leaves).
+    ``into`` appends this pass to an earlier recording of the same graph structure (a training loop).
+
+    Example::
+
+        rec = gv.record_backward(loss, model=model)
+        for step in rec.steps:
+            print(step.op, [g.norm for g in step.grad_inputs if g])
+    """
+    if loss.grad_fn is None:
+        raise GradvizError("record_backward needs a tensor with a grad_fn (a loss computed from tensors that "
+                           "require grad); this one has none.")
+    graph, nodes = trace_with_nodes(loss, model, capture, names)
+    rec = into if into is not None else BackwardRecording(graph)
+    if into is not None and _signature(into.graph) != _signature(graph):
+        raise GradvizError("into=: this loss's graph differs from the recording's; record it separately.")
+    pass_index = rec.passes
+    leaf_tensors = {n: fn.variable for fn, n in nodes.items() if graph.nx.nodes[n]["kind"] == "leaf"}
+    producers = {n: [(nodes[nxt], out) if nxt is not None else None for nxt, out in fn.next_functions]
+                 for fn, n in nodes.items()}
+    if pass_index == 0:
+        rec.values = _forward_values(graph, nodes, loss)
+    running: dict[str, _PendingStep] = {}  # each node runs at most once per pass
+    order: list[_PendingStep] = []
+    leaf_grads: dict[str, torch.Tensor] = {}
+
+    def pre(node_id: str, op: str) -> Any:
+        def hook(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+            is_leaf = node_id in leaf_tensors
+            step = Step(len(rec.steps) + len(order), pass_index, node_id, op, [], [], [])
+            p = _PendingStep(step, [_track(g, keep_values or is_leaf) for g in grad_outputs])
+            if is_leaf:
+                p.before = _track(leaf_tensors[node_id].grad, keep_leaf_values)
+            running[node_id] = p
+            order.append(p)
+        return hook
+
+    def post(node_id: str) -> Any:
+        def hook(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[Any, ...]) -> None:
+            p = running[node_id]
+            p.ins = [_track(g, keep_values) for g in grad_inputs]
+            for input_nr, (g, producer) in enumerate(zip(grad_inputs, producers[node_id], strict=False)):
+                if g is not None and producer is not None:
+                    p.step.deliveries.append(Delivery(producer[0], producer[1], input_nr))
+            if node_id in leaf_tensors:
+                if grad_outputs and grad_outputs[0] is not None:
+                    leaf_grads[node_id] = grad_outputs[0].detach().clone()
+                p.after = _track(leaf_tensors[node_id].grad, keep_leaf_values)
+        return hook
+
+    handles = []
+    for fn, node_id in nodes.items():
+        handles.append(fn.register_prehook(pre(node_id, graph.nx.nodes[node_id]["op"])))
+        handles.append(fn.register_hook(post(node_id)))
+    try:
+        with _grads_put_back(leaf_tensors.values(), enabled=not accumulate):
+            loss.backward(retain_graph=True)  # type: ignore[no-untyped-call]
+    finally:
+        for h in handles:
+            h.remove()
+        del nodes, handles  # drop every autograd Node reference
+    _resolve(order)
+    rec.steps.extend(p.step for p in order)
+    rec._leaf_grads.append(leaf_grads)
+    rec.passes += 1
+    return rec
+
+
+def _track(t: torch.Tensor | None, keep: bool) -> _Pending | None:
+    return _Pending(t, keep) if isinstance(t, torch.Tensor) else None
+
+
+def _resolve(order: list[_PendingStep]) -> None:
+    """All statistics to floats in one go: one stack and one tolist for the whole pass."""
+    tracked = [t for p in order for t in (*p.outs, *p.ins, p.before, p.after) if t is not None]
+    numbers = torch.stack([t.stats for t in tracked]).tolist() if tracked else []
+    resolved = {id(t): t.resolve(n) for t, n in zip(tracked, numbers, strict=True)}
+
+    def get(t: _Pending | None) -> GradStats | None:
+        return resolved[id(t)] if t is not None else None
+
+    for p in order:
+        p.step.grad_outputs = [get(t) for t in p.outs]
+        p.step.grad_inputs = [get(t) for t in p.ins]
+        p.step.leaf_before, p.step.leaf_after = get(p.before), get(p.after)
+
+
+@contextmanager
+def _grads_put_back(tensors: Any, enabled: bool) -> Iterator[None]:
+    """Give AccumulateGrad fresh ``.grad`` slots, then put the user's very tensors back."""
+    saved = [(t, t.grad) for t in tensors] if enabled else []
+    for t, _ in saved:
+        t.grad = None  # else AccumulateGrad would add in place into the user's gradient tensor
+    try:
+        yield
+    finally:
+        for t, grad in saved:
+            t.grad = grad
+
+
+def _signature(graph: AutogradGraph) -> list[tuple[str, str]]:
+    return sorted((n, d["op"]) for n, d in graph.nx.nodes(data=True))
+
+
+# Which input of an op a saved tensor is: lets a consumer's saved input show its producer's forward value.
+_SAVED_INPUT = {
+    "MulBackward0": {"self": 0, "other": 1},
+    "DivBackward0": {"self": 0, "other": 1},
+    "PowBackward0": {"self": 0},
+    "PowBackward1": {"self": 0, "exponent": 1},
+    "MmBackward0": {"self": 0, "mat2": 1},
+    "AddmmBackward0": {"mat1": 1, "mat2": 2},
+    "LogBackward0": {"self": 0},
+    "DotBackward0": {"self": 0, "tensor": 1},
+    "MvBackward0": {"self": 0, "vec": 1},
+    "BmmBackward0": {"self": 0, "mat2": 1},
+}
+
+
+def _forward_values(graph: AutogradGraph, nodes: dict[Any, str], loss: torch.Tensor) -> dict[str, Any]:
+    """Forward values of small tensors, as PyTorch saved them (nothing recomputed or guessed)."""
+    values: dict[str, Any] = {}
+    if loss.numel() <= SMALL:
+        values[graph.roots[0]] = loss.detach().flatten().tolist()
+    for fn, node_id in nodes.items():
+        attrs = graph.nx.nodes[node_id]
+        if attrs["kind"] == "leaf":
+            v = fn.variable
+            if v.numel() <= SMALL:
+                values[node_id] = v.detach().flatten().tolist()
+            continue
+        if "Checkpoint" in attrs["op"]:
+            continue  # unpacking would recompute the block
+        saved = {s["name"] for s in attrs["saved"]}
+        if "result" in saved:
+            _put(values, node_id, _saved(fn, "result"))
+        for name, input_nr in _SAVED_INPUT.get(attrs["op"], {}).items():
+            nxt = fn.next_functions[input_nr][0] if input_nr < len(fn.next_functions) else None
+            if name in saved and nxt is not None and fn.next_functions[input_nr][1] == 0:
+                _put(values, nodes[nxt], _saved(fn, name))
+    return values
+
+
+def _saved(fn: Any, name: str) -> Any:
+    try:
+        return getattr(fn, f"_saved_{name}")
+    except RuntimeError:  # already freed by an earlier backward
+        return None
+
+
+def _put(values: dict[str, Any], node_id: str, t: Any) -> None:
+    if isinstance(t, torch.Tensor) and t.numel() <= SMALL and node_id not in values:
+        values[node_id] = t.detach().flatten().tolist()
