@@ -308,3 +308,59 @@ def test_ghost_tensors_are_drawn_and_hide_into_boxes(browser: Any, tmp_path: Pat
     assert p.toggles() == {"detach": [], "freeze": []}
     p.page.screenshot(path=str(tmp_path / "ghosts.png"))
     assert p.errors == []
+
+
+def test_gpt2_124m_toggle_restyles_without_layout(browser: Any, tmp_path: Path) -> None:
+    """The 124M-parameter GPT-2, every box open (532 nodes, 124 boxes): a real click on a tensor
+    restyles in place. Prints the time from the click to the styles applied, and to the next paint."""
+    torch = pytest.importorskip("torch")
+    import gradviz_nb as gv
+    from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+    from gradviz_nb.widgets.payload import to_payload
+
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config())
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model)
+    payload = json.loads(json.dumps(to_payload(gv.trace(loss, model=model, capture=cap))))
+    del model, loss, cap
+    p = Page(browser, tmp_path, payload, height=800)
+    p.page.click("[data-testid=gradviz-expand-all]")
+    p.js("() => gv.hook.idle()")
+    assert p.js("() => gv.hook.visibleCounts().nodes") == len(payload["nodes"])
+    p.page.click("[data-testid=gradviz-whatif-toggle]")
+    # The tensor leaving blocks.5's last op: put it on screen at 1:1 and click it.
+    key = p.js(
+        "() => gv.hook.cy.edges().filter((e) => e.source().parent().id() === 'c:blocks.5'"
+        " && e.target().parent().id() !== 'c:blocks.5' && !e.hasClass('ghost'))[0].id()"
+    )
+    p.js("(k) => { const cy = gv.hook.cy; cy.zoom(1); cy.center(cy.$id(k)); }", key)
+    before = p.positions()
+    handler, paint = [], []
+    for _ in range(4):
+        p.js(
+            "() => gv.hook.cy.container().addEventListener('mouseup',"
+            " () => { window.__t0 = performance.now(); }, {once: true, capture: true})"
+        )
+        p.click_at(p.js("(k) => gv.hook.edgePoint(k)", key), key)
+        handler.append(p.js("() => gv.hook.lastWhatIfMs()"))
+        paint.append(
+            p.js(
+                "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame("
+                "() => r(performance.now() - window.__t0))))"
+            )
+        )
+        if len(handler) % 2:
+            assert p.toggles()["detach"] and p.answer()["lost"], "the click did not detach the tensor"
+            assert p.has_class(key, "wi-cut")
+    assert p.toggles() == {"detach": [], "freeze": []}
+    assert p.positions() == before
+    assert p.js("() => gv.el.querySelector('.gradviz-root').dataset.layout") == "idle"
+    print(
+        f"\nGPT-2 124M, {len(before)} nodes drawn: click -> styles applied "
+        + ", ".join(f"{ms:.1f}" for ms in handler)
+        + " ms; mouseup -> second frame painted "
+        + ", ".join(f"{ms:.0f}" for ms in paint)
+        + " ms"
+    )
+    assert p.errors == []

@@ -95,7 +95,7 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
     if (frozenCalls.has(item.call.id)) add(item.key, WI.frozen);
     if (detachedCalls.has(item.call.id)) add(item.key, WI.detached);
     const marks = (frozenCalls.has(item.call.id) ? "❄ " : "") + (detachedCalls.has(item.call.id) ? "✂ " : "");
-    const badge = lost > 0 ? `✖ ${lost} lose gradient` : "";
+    const badge = lost > 0 ? `✖ ${lost} ${lost === 1 ? "loses" : "lose"} gradient` : "";
     if (marks || badge) labels.set(item.key, boxLabel(item.type, marks, badge));
   }
   for (const e of graph.edges) {
