@@ -76,7 +76,7 @@ function synthetic(target: number): GraphPayload {
   const edges: GraphEdge[] = [];
   const add = (kind: GraphNode["kind"], call: string, names: string[] = []): string => {
     const id = "n" + nodes.length;
-    nodes.push({ id, kind, op: kind === "leaf" ? "AccumulateGrad" : "AddBackward0", label: id, module: call, call, names, shape: null, dtype: "", requires_grad: true, saved: [] });
+    nodes.push({ id, kind, op: kind === "leaf" ? "AccumulateGrad" : "AddBackward0", label: id, module: call, call, names, shape: null, dtype: "", requires_grad: true, saved: [], value: null });
     return id;
   };
   const link = (s: string, t: string, out = 0) => edges.push({ source: s, target: t, output_nr: out, input_nr: 0, shape: null });
