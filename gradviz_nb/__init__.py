@@ -8,10 +8,22 @@ Example::
     gv.GraphWidget(loss, model=model, capture=cap)
 """
 
+from gradviz_nb.analysis.backward import BackwardRecording, record_backward
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, unwatch, watch
 
-__all__ = ["AutogradGraph", "Capture", "GradvizError", "GraphWidget", "capture", "trace", "unwatch", "watch"]
+__all__ = [
+    "AutogradGraph",
+    "BackwardRecording",
+    "Capture",
+    "GradvizError",
+    "GraphWidget",
+    "capture",
+    "record_backward",
+    "trace",
+    "unwatch",
+    "watch",
+]
 __version__ = "0.1.0"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradviz_nb.analysis.rules import explain
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.trace import trace_with_nodes
@@ -110,7 +111,8 @@ class BackwardRecording:
         self.steps: list[Step] = []
         self.passes = 0
         self._leaf_grads: list[dict[str, torch.Tensor]] = []
-        self.values: dict[str, Any] = {}  # node id -> forward value (small tensors PyTorch saved)
+        self.values: dict[str, list[float]] = {}  # node id -> forward value of small outputs
+        self.exponents: dict[str, float] = {}  # PowBackward0 node -> its scalar exponent
 
     def leaf_grad(self, name: str, pass_index: int = -1) -> torch.Tensor:
         """The gradient a leaf (by name or id) received in one pass (default: the last)."""
@@ -119,6 +121,41 @@ class BackwardRecording:
         if node not in grads:
             raise GradvizError(f"{name!r} received no gradient in pass {pass_index} (pruned, or not a leaf).")
         return grads[node]
+
+    def explain(self, step: Step) -> list[str]:
+        """The local derivative rule of ``step``'s op with PyTorch's numbers plugged in."""
+        g = self.graph.nx
+        inputs: list[list[float] | None] = []
+        for u, _, slots in sorted(g.in_edges(step.node, data="slots"), key=lambda e: min(s[1] for s in e[2])):
+            for out, input_nr in slots:
+                while len(inputs) <= input_nr:
+                    inputs.append(None)
+                inputs[input_nr] = self.values.get(u) if out == 0 else None
+        received = step.grad_outputs[0].value if step.grad_outputs and step.grad_outputs[0] else None
+        return explain(
+            step.op,
+            received.flatten().tolist() if received is not None else None,
+            inputs,
+            self.values.get(step.node),
+            [s.value.flatten().tolist() if s is not None and s.value is not None else None for s in step.grad_inputs],
+            n_elements=_numel(inputs[0]) if inputs else None,
+            exponent=self.exponents.get(step.node),
+        )
+
+    def to_payload(self) -> dict[str, Any]:
+        """Plain JSON for the page's stepper (``js/src/payload.ts`` ``Recording``)."""
+
+        def grads(items: list[GradStats | None]) -> list[dict[str, Any] | None]:
+            return [g.to_json() if g is not None else None for g in items]
+
+        steps = [
+            {"node": s.node, "op": s.op, "pass": s.pass_index, "received": grads(s.grad_outputs),
+             "sent": grads(s.grad_inputs), "deliveries": [[d.target, d.output_nr, d.input_nr] for d in s.deliveries],
+             "leaf_before": s.leaf_before.to_json() if s.leaf_before else None,
+             "leaf_after": s.leaf_after.to_json() if s.leaf_after else None, "explain": self.explain(s)}
+            for s in self.steps
+        ]
+        return {"passes": self.passes, "steps": steps, "values": self.values}
 
     def pass_steps(self, pass_index: int = -1) -> list[Step]:
         wanted = range(self.passes)[pass_index]
@@ -164,7 +201,7 @@ def record_backward(
     producers = {n: [(nodes[nxt], out) if nxt is not None else None for nxt, out in fn.next_functions]
                  for fn, n in nodes.items()}
     if pass_index == 0:
-        rec.values = _forward_values(graph, nodes, loss)
+        rec.values, rec.exponents = _forward_values(graph, nodes)
     running: dict[str, _PendingStep] = {}  # each node runs at most once per pass
     order: list[_PendingStep] = []
     leaf_grads: dict[str, torch.Tensor] = {}
@@ -262,20 +299,17 @@ _SAVED_INPUT = {
 }
 
 
-def _forward_values(graph: AutogradGraph, nodes: dict[Any, str], loss: torch.Tensor) -> dict[str, Any]:
-    """Forward values of small tensors, as PyTorch saved them (nothing recomputed or guessed)."""
-    values: dict[str, Any] = {}
-    if loss.numel() <= SMALL:
-        values[graph.roots[0]] = loss.detach().flatten().tolist()
+def _forward_values(graph: AutogradGraph, nodes: dict[Any, str]) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Forward values of small tensors: those the trace has (leaves, roots, ops seen by capture), and
+    those PyTorch saved for backward (nothing recomputed or guessed). Also Pow's scalar exponents."""
+    values = {n: v for n, v in graph.nx.nodes(data="value") if v is not None}
+    exponents: dict[str, float] = {}
     for fn, node_id in nodes.items():
         attrs = graph.nx.nodes[node_id]
-        if attrs["kind"] == "leaf":
-            v = fn.variable
-            if v.numel() <= SMALL:
-                values[node_id] = v.detach().flatten().tolist()
-            continue
-        if "Checkpoint" in attrs["op"]:
-            continue  # unpacking would recompute the block
+        if attrs["kind"] == "leaf" or "Checkpoint" in attrs["op"]:
+            continue  # unpacking a checkpoint node would recompute the block
+        if attrs["op"] == "PowBackward0" and isinstance(getattr(fn, "_saved_exponent", None), (int, float)):
+            exponents[node_id] = float(fn._saved_exponent)
         saved = {s["name"] for s in attrs["saved"]}
         if "result" in saved:
             _put(values, node_id, _saved(fn, "result"))
@@ -283,7 +317,7 @@ def _forward_values(graph: AutogradGraph, nodes: dict[Any, str], loss: torch.Ten
             nxt = fn.next_functions[input_nr][0] if input_nr < len(fn.next_functions) else None
             if name in saved and nxt is not None and fn.next_functions[input_nr][1] == 0:
                 _put(values, nodes[nxt], _saved(fn, name))
-    return values
+    return values, exponents
 
 
 def _saved(fn: Any, name: str) -> Any:
@@ -291,6 +325,10 @@ def _saved(fn: Any, name: str) -> Any:
         return getattr(fn, f"_saved_{name}")
     except RuntimeError:  # already freed by an earlier backward
         return None
+
+
+def _numel(v: list[float] | None) -> int | None:
+    return len(v) if v is not None else None
 
 
 def _put(values: dict[str, Any], node_id: str, t: Any) -> None:

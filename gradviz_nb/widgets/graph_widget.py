@@ -11,6 +11,7 @@ import torch
 import traitlets
 from torch import nn
 
+from gradviz_nb.analysis.backward import BackwardRecording
 from gradviz_nb.analysis.rerun import Rerunnable
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
@@ -33,7 +34,8 @@ class GraphWidget(anywidget.AnyWidget):
             loss = criterion(model(x), y)
         gv.GraphWidget(loss, model=model, capture=cap)
 
-    ``roots`` may also be an already traced :class:`AutogradGraph`.
+    ``roots`` may also be an already traced :class:`AutogradGraph`, or a recording from
+    :func:`gv.record_backward` (the widget then offers a stepper through the real backward pass).
     """
 
     _esm = _STATIC / "widget.js"
@@ -58,6 +60,13 @@ class GraphWidget(anywidget.AnyWidget):
     """dict: per-node values drawn over the graph (``js/src/payload.ts`` ``Overlay``; ``{}`` for none):
     title, values (node id or ``"call:<id>"`` -> number), scale, encoding, marks, unit."""
 
+    recording: traitlets.Dict[str, Any] = traitlets.Dict({}).tag(sync=True)
+    """dict: a recorded backward pass for the stepper (``js/src/payload.ts`` ``Recording``; ``{}``
+    for none). Set by ``GraphWidget(gv.record_backward(loss))``."""
+
+    step = traitlets.Int(-1).tag(sync=True)
+    """int: the stepper's cursor: -1 before the first step, else an index into ``recording["steps"]``."""
+
     can_verify = traitlets.Bool(False).tag(sync=True)
     """bool: True when built by :meth:`from_fn`, so the page offers "Verify (re-run)"."""
 
@@ -67,7 +76,7 @@ class GraphWidget(anywidget.AnyWidget):
 
     def __init__(
         self,
-        roots: torch.Tensor | Sequence[torch.Tensor] | AutogradGraph,
+        roots: torch.Tensor | Sequence[torch.Tensor] | AutogradGraph | BackwardRecording,
         model: nn.Module | None = None,
         capture: Capture | None = None,
         names: Mapping[str, torch.Tensor] | None = None,
@@ -79,6 +88,9 @@ class GraphWidget(anywidget.AnyWidget):
                 "the widget's front-end bundle is missing (gradviz_nb/static/widget.js): "
                 "run `npm --prefix js ci && npm --prefix js run build` in the repository."
             )
+        if isinstance(roots, BackwardRecording):
+            kwargs.setdefault("recording", roots.to_payload())
+            roots = roots.graph
         graph = roots if isinstance(roots, AutogradGraph) else trace(roots, model, capture, names)
         self.graph = graph
         """AutogradGraph: the traced graph this widget shows."""

@@ -148,3 +148,42 @@ export interface Overlay {
   /** Unit for tooltips and legend, e.g. "B", "" . */
   unit: string;
 }
+
+/** Statistics of one recorded gradient tensor; `value` (flattened) only for small ones (<= 64). */
+export interface RecordedGrad {
+  shape: number[];
+  norm: number;
+  mean: number;
+  max_abs: number;
+  nonfinite: boolean;
+  value: number[] | null;
+}
+
+/** One node run by PyTorch's engine, in the engine's real order. */
+export interface RecordedStep {
+  node: string;
+  op: string;
+  /** Which recorded backward pass (0, 1, ...) this step belongs to. */
+  pass: number;
+  /** Gradient the node received, per output of its forward op (its input buffer, already summed). */
+  received: (RecordedGrad | null)[];
+  /** Gradient it sent, per input of its forward op (null where the input needs no grad). */
+  sent: (RecordedGrad | null)[];
+  /** [target node id, output_nr, input_nr]: sent[input_nr] went into target's buffer at output_nr. */
+  deliveries: [string, number, number][];
+  /** Leaves (AccumulateGrad): `.grad` before and after this pass accumulated into it. */
+  leaf_before: RecordedGrad | null;
+  leaf_after: RecordedGrad | null;
+  /** Teaching lines: the op's local derivative rule with PyTorch's numbers, e.g.
+   *  "grad_a = grad_out * b = 0.5 * 3.0 = 1.5". Empty for ops without a known rule. */
+  explain: string[];
+}
+
+/** A recorded backward pass (synced trait `recording`; `{}` for none). Trait `step` (int) is the
+ *  stepper cursor: -1 before the first step, else an index into `steps` (Python can read and set it). */
+export interface Recording {
+  passes: number;
+  steps: RecordedStep[];
+  /** Forward values of small tensors by node id (leaves, roots, ops seen by capture or saved). */
+  values: Record<string, number[]>;
+}
