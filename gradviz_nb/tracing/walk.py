@@ -61,9 +61,10 @@ def _saved_of(node: Any, op: str, storages: dict[tuple[str, int], int] | None = 
 
     Each entry has ``name``, ``shape``, ``dtype`` and, for memory estimates, ``bytes`` (the tensor's own
     elements), ``storage`` (an id, equal for tensors sharing memory within one walk: pass the same
-    ``storages`` dict), ``storage_bytes`` and ``param`` (a leaf that requires grad, i.e. held anyway).
+    ``storages`` dict), ``storage_bytes`` and ``param`` (a parameter or a view of one: held anyway).
     ``bytes`` is 0 with ``packed: True`` when a saved-tensor hook (e.g. non-reentrant checkpoint) holds
-    something else instead, and ``None`` once backward has freed the tensors.
+    something else instead, and ``None`` when no tensor is there (an unused optional input, or backward
+    already freed it).
     """
     names = _saved_names_by_op.get(op)
     if names is None:
@@ -83,7 +84,7 @@ def _saved_of(node: Any, op: str, storages: dict[tuple[str, int], int] | None = 
 def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[str, int], int]) -> None:
     # SavedTensor.data is what was stored, read without unpack hooks (no recomputation, no version
     # check): the tensor itself, a hook's packed object, or None after backward freed it.
-    items = raw if isinstance(raw, list) else [raw]
+    items = raw if isinstance(raw, (list, tuple)) else [raw]
     datas = [getattr(r, "data", None) for r in items]
     tensors = [t for t in datas if isinstance(t, torch.Tensor)]
     if not tensors:
@@ -102,8 +103,15 @@ def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[str, int
         bytes=sum(x.numel() * x.element_size() for x in tensors),
         storage=storages.setdefault(key, len(storages)),
         storage_bytes=int(storage.nbytes()),
-        param=bool(t.is_leaf and t.requires_grad),
+        param=_is_parameter(t),
     )
+
+
+def _is_parameter(t: torch.Tensor) -> bool:
+    """A parameter (frozen or not), a leaf that requires grad, or a view of one (``weight.t()``):
+    memory the model or the caller holds anyway, not activations kept for backward."""
+    base = t._base if t._base is not None else t
+    return isinstance(base, torch.nn.Parameter) or bool(base.is_leaf and base.requires_grad)
 
 
 def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
