@@ -127,9 +127,12 @@ def _tensors(graph: nx.DiGraph, item: object) -> list[Tensor]:
 
 
 def _call_members(graph: nx.DiGraph, name: str) -> set[str]:
-    """Nodes inside the call ``name`` (a call id), or inside every call of the module path ``name``."""
+    """Nodes inside the call whose id is ``name``; failing that, inside every call of module path ``name``.
+
+    ``"block"`` is the first call's id, so it means that call only; ``"block (call 2)"`` the second.
+    """
     calls = graph.graph.get("calls", [])
-    chosen = {c["id"] for c in calls if c["id"] == name or c["path"] == name}
+    chosen = {c["id"] for c in calls if c["id"] == name} or {c["id"] for c in calls if c["path"] == name}
     parent = {c["id"]: c["parent"] for c in calls}
 
     def inside(call: str) -> bool:

@@ -1,0 +1,169 @@
+"""gv.record_backward against what PyTorch's engine really does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, TwiceCalled, gpt2_loss
+
+
+def engine_order(loss: torch.Tensor) -> list[tuple[str, int]]:
+    """Independently: our own prehooks on every node, one plain backward, (op, sequence nr) in run order."""
+    seen: list[tuple[str, int]] = []
+    nodes, stack = {loss.grad_fn}, [loss.grad_fn]
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is not None and nxt not in nodes:
+                nodes.add(nxt)
+                stack.append(nxt)
+    def hook(fn: Any) -> Any:
+        def record(_: Any) -> None:
+            leaf = fn.variable if "AccumulateGrad" in fn.name() else None
+            seen.append((fn.name().removeprefix("torch::autograd::"), id(leaf) if leaf is not None else fn._sequence_nr()))
+        return record
+    handles = [fn.register_prehook(hook(fn)) for fn in nodes]
+    grads = {}
+    for fn in nodes:
+        if "AccumulateGrad" in fn.name():
+            grads[id(fn.variable)] = fn.variable
+    saved = {k: t.grad for k, t in grads.items()}
+    loss.backward(retain_graph=True)
+    for k, t in grads.items():
+        t.grad = saved[k]
+    for h in handles:
+        h.remove()
+    return seen
+
+
+CASES = {
+    "mlp": (MLP, lambda m: m(torch.randn(5, 4)).pow(2).sum()),
+    "gpt2-tied": (lambda: GPT2(GPT2Config.small_test()), gpt2_loss),
+    "twice": (TwiceCalled, lambda m: m(torch.randn(3, 4)).sum()),
+    "gpt2-ckpt": (lambda: GPT2(GPT2Config.small_test("non_reentrant")), gpt2_loss),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_recorded_order_is_the_engines_and_each_node_runs_once(case: str) -> None:
+    make, run = CASES[case]
+    torch.manual_seed(0)
+    model = make()
+    loss = run(model)
+    expected = engine_order(loss)
+    rec = gv.record_backward(loss, model=model)
+    leaf_id = {n: id(t) for n, t in _leaf_tensors(rec, model).items()}
+    got = [(s.op, leaf_id[s.node] if s.op == "AccumulateGrad" else rec.graph.nx.nodes[s.node]["seq"]) for s in rec.steps]
+    assert got == expected
+    assert len({s.node for s in rec.steps}) == len(rec.steps) == len(rec.graph) - 1  # every node but the root
+
+
+def _leaf_tensors(rec: gv.BackwardRecording, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    params = dict(model.named_parameters(remove_duplicate=False))
+    return {n: params[rec.graph.nx.nodes[n]["names"][0]] for n in rec.graph.nodes_of("leaf")}
+
+
+@pytest.mark.parametrize("case", ["mlp", "gpt2-tied", "twice"])
+def test_recorded_gradients_equal_autograd_grad_and_contributions_sum(case: str) -> None:
+    make, run = CASES[case]
+    torch.manual_seed(0)
+    model = make()
+    loss = run(model)
+    rec = gv.record_backward(loss, model=model, keep_values=True)
+    names = [name for name in rec.graph.leaves() if name in dict(model.named_parameters())]
+    params = dict(model.named_parameters())
+    expected = torch.autograd.grad(loss, [params[n] for n in names], retain_graph=True)
+    for name, grad in zip(names, expected, strict=True):
+        torch.testing.assert_close(rec.leaf_grad(name), grad)
+        leaf = rec.graph.find(name)
+        contributions = [
+            s.grad_inputs[d.input_nr].value for s in rec.steps for d in s.deliveries if d.target == leaf
+        ]
+        assert len(contributions) == rec.graph.nx.out_degree(leaf) or sum(
+            len(d["slots"]) for _, _, d in rec.graph.nx.out_edges(leaf, data=True)
+        ) == len(contributions)
+        torch.testing.assert_close(sum(contributions), grad)  # type: ignore[arg-type]
+    wte = rec.graph.find("wte.weight") if "wte.weight" in rec.graph.leaves() else None
+    if wte is not None:  # the tied weight: one contribution from the embedding, one from the head
+        assert len([d for s in rec.steps for d in s.deliveries if d.target == wte]) == 2
+
+
+def test_statistics_are_those_of_the_gradient() -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    loss = model(torch.randn(5, 4)).pow(2).sum()
+    rec = gv.record_backward(loss, model=model)
+    grad = rec.leaf_grad("fc1.weight")
+    leaf_step = next(s for s in rec.steps if s.node == rec.graph.find("fc1.weight"))
+    stats = leaf_step.grad_outputs[0]
+    assert stats is not None and stats.shape == [8, 4] and not stats.nonfinite
+    assert stats.norm == pytest.approx(grad.norm().item(), rel=1e-5)
+    assert stats.mean == pytest.approx(grad.mean().item(), rel=1e-4, abs=1e-7)
+    assert stats.max_abs == pytest.approx(grad.abs().max().item(), rel=1e-6)
+
+
+def test_nan_gradients_are_flagged() -> None:
+    w = torch.tensor([1.0, -1.0], requires_grad=True)
+    rec = gv.record_backward(torch.sqrt(w).sum(), names={"w": w})  # sqrt(-1) = nan
+    assert any(g is not None and g.nonfinite for s in rec.steps for g in s.grad_inputs + s.grad_outputs)
+
+
+def test_by_default_nothing_of_the_users_changes() -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    model(torch.randn(2, 4)).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    values = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    loss = model(torch.randn(5, 4)).sum()
+    gv.record_backward(loss, model=model)
+    for n, p in model.named_parameters():
+        assert p.grad is grads[n] and torch.equal(p.grad, values[n]) and p.requires_grad
+    again = gv.record_backward(loss, model=model)  # the graph is still usable, and no hook of ours ran twice
+    assert len(again.steps) == len(again.graph) - 1
+    loss.backward()
+    assert torch.equal(model.fc1.weight.grad, values["fc1.weight"] + again.leaf_grad("fc1.weight"))
+
+
+def test_repeated_backward_without_zero_grad_shows_the_stale_sum() -> None:
+    w = torch.zeros(2, requires_grad=True)
+    rec = gv.record_backward((w * torch.tensor([0.5, -0.3])).sum(), names={"w": w}, accumulate=True)
+    gv.record_backward((w * torch.tensor([0.1, 0.2])).sum(), names={"w": w}, accumulate=True, into=rec)
+    torch.testing.assert_close(w.grad, torch.tensor([0.6, -0.1]))
+    assert rec.passes == 2
+    torch.testing.assert_close(rec.leaf_grad("w", 0), torch.tensor([0.5, -0.3]))
+    torch.testing.assert_close(rec.leaf_grad("w", 1), torch.tensor([0.1, 0.2]))
+    second = next(s for s in rec.pass_steps(1) if s.node == rec.graph.find("w"))
+    assert second.leaf_before is not None and second.leaf_after is not None
+    assert second.leaf_before.value.tolist() == pytest.approx([0.5, -0.3])  # type: ignore[union-attr]
+    assert second.leaf_after.value.tolist() == pytest.approx([0.6, -0.1])  # type: ignore[union-attr]
+    with pytest.raises(gv.GradvizError, match="differs"):
+        gv.record_backward((w.exp()).sum(), names={"w": w}, into=rec)
+
+
+def test_teaching_lines_carry_pytorchs_numbers() -> None:
+    a = torch.tensor(2.0, requires_grad=True)
+    b = torch.tensor(3.0, requires_grad=True)
+    with gv.capture() as cap:
+        loss = (a * b + a) * 0.5
+    rec = gv.record_backward(loss, capture=cap, names={"a": a, "b": b})
+    mul = next(s for s in rec.steps if s.op == "MulBackward0" and rec.graph.nx.nodes[s.node]["value"] == [6.0])
+    lines = rec.explain(mul)
+    assert lines[0] == "forward: a * b"
+    assert lines[1] == "grad_a = grad_out * b = 0.5 * 3.0 = 1.5"
+    assert lines[2] == "grad_b = grad_out * a = 0.5 * 2.0 = 1.0"
+    grads = torch.autograd.grad(loss, [a, b])
+    assert rec.leaf_grad("a").item() == grads[0].item() == 2.0
+    payload = rec.to_payload()
+    assert payload["passes"] == 1 and payload["values"][rec.graph.find("b")] == [3.0]
+    assert payload["steps"][0]["received"][0]["value"] == [1.0]
+
+
+def test_widget_carries_the_recording() -> None:
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    rec = gv.record_backward((w * w).sum(), names={"w": w})
+    widget = gv.GraphWidget(rec)
+    assert widget.recording["steps"][0]["op"] == "SumBackward0" and widget.step == -1
+    assert widget.graph is rec.graph
