@@ -23,7 +23,8 @@ def engine_order(loss: torch.Tensor) -> list[tuple[str, int]]:
     def hook(fn: Any) -> Any:
         def record(_: Any) -> None:
             leaf = fn.variable if "AccumulateGrad" in fn.name() else None
-            seen.append((fn.name().removeprefix("torch::autograd::"), id(leaf) if leaf is not None else fn._sequence_nr()))
+            key = id(leaf) if leaf is not None else fn._sequence_nr()
+            seen.append((fn.name().removeprefix("torch::autograd::"), key))
         return record
     handles = [fn.register_prehook(hook(fn)) for fn in nodes]
     grads = {}
@@ -56,7 +57,8 @@ def test_recorded_order_is_the_engines_and_each_node_runs_once(case: str) -> Non
     expected = engine_order(loss)
     rec = gv.record_backward(loss, model=model)
     leaf_id = {n: id(t) for n, t in _leaf_tensors(rec, model).items()}
-    got = [(s.op, leaf_id[s.node] if s.op == "AccumulateGrad" else rec.graph.nx.nodes[s.node]["seq"]) for s in rec.steps]
+    seq = {n: d["seq"] for n, d in rec.graph.nx.nodes(data=True)}
+    got = [(s.op, leaf_id[s.node] if s.op == "AccumulateGrad" else seq[s.node]) for s in rec.steps]
     assert got == expected
     assert len({s.node for s in rec.steps}) == len(rec.steps) == len(rec.graph) - 1  # every node but the root
 
