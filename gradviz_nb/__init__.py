@@ -9,7 +9,10 @@ Example::
 """
 
 from gradviz_nb.analysis.backward import BackwardRecording, record_backward
+from gradviz_nb.analysis.diff import GraphDiff, diff
+from gradviz_nb.analysis.memory import MemoryReport, memory_held
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.export.html import export_html
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, unwatch, watch
 
 __all__ = [
@@ -17,8 +20,13 @@ __all__ = [
     "BackwardRecording",
     "Capture",
     "GradvizError",
+    "GraphDiff",
     "GraphWidget",
+    "MemoryReport",
     "capture",
+    "diff",
+    "export_html",
+    "memory_held",
     "record_backward",
     "trace",
     "unwatch",

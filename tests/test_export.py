@@ -108,3 +108,22 @@ def test_dot_escapes_names() -> None:
     assert nodes == set(g.nx.nodes) and edges == set(g.nx.edges)
     graphviz = pytest.importorskip("graphviz")
     assert graphviz.Source(text).source == text  # the python package accepts it (no binary needed)
+
+
+def test_html_is_self_contained_and_escapes_script_ends(tmp_path: Path) -> None:
+    from gradviz_nb.export.html import script_json
+
+    evil = "</script><script>alert(1)</script><!-- \u2028"
+    x = torch.randn(2, requires_grad=True)
+    path = gv.export_html(gv.trace((x * 2).sum(), names={evil: x}), tmp_path / "g.html", title=evil)
+    text = path.read_text()
+    assert text.lower().count("<script") == 3 and text.lower().count("</script") == 3
+    assert "alert(1)" in text and "<script>alert" not in text  # there, but only as escaped data
+    assert json.loads(script_json(evil)) == evil
+    assert 'http-equiv="Content-Security-Policy"' in text and "default-src 'none'" in text
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text)
+
+
+def test_export_html_rejects_other_objects(tmp_path: Path) -> None:
+    with pytest.raises(gv.GradvizError, match="AutogradGraph or a GraphWidget"):
+        gv.export_html(torch.zeros(1), tmp_path / "x.html")  # type: ignore[arg-type]

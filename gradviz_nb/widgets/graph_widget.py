@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -66,6 +67,11 @@ class GraphWidget(anywidget.AnyWidget):
 
     step = traitlets.Int(-1).tag(sync=True)
     """int: the stepper's cursor: -1 before the first step, else an index into ``recording["steps"]``."""
+
+    diff: traitlets.Dict[str, Any] = traitlets.Dict({}).tag(sync=True)
+    """dict: the diff view (``js/src/payload.ts`` ``GraphDiff``; ``{}`` for none): per-node status
+    added/removed/changed/same, leaves that gained/lost a gradient path, summary. Set it with
+    ``GraphWidget(d.merged(), diff=d.to_payload())`` for ``d = gv.diff(before, after)``."""
 
     can_verify = traitlets.Bool(False).tag(sync=True)
     """bool: True when built by :meth:`from_fn`, so the page offers "Verify (re-run)"."""
@@ -139,6 +145,24 @@ class GraphWidget(anywidget.AnyWidget):
                       "error": f"{type(err).__name__}: {err}"}
         self.verified = {"toggles": toggles, **result}
         return self.verified
+
+    def save_html(self, path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
+        """One self-contained HTML file of this view (its current state), interactive without a kernel."""
+        from gradviz_nb.export.html import export_html
+
+        return export_html(self, path, title)
+
+    def save_svg(self, path: str | os.PathLike[str]) -> pathlib.Path:
+        """The current view as SVG (rendered in headless Chromium; see ``gradviz_nb.export.image``)."""
+        from gradviz_nb.export.image import save_svg
+
+        return save_svg(self, path)
+
+    def save_png(self, path: str | os.PathLike[str], scale: float = 2) -> pathlib.Path:
+        """The current view as PNG (rendered in headless Chromium; see ``gradviz_nb.export.image``)."""
+        from gradviz_nb.export.image import save_png
+
+        return save_png(self, path, scale)
 
     def _on_page_message(self, _: Any, content: dict[str, Any], buffers: Any) -> None:
         if content.get("kind") == "verify" and self._rerun is not None:

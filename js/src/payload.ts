@@ -187,3 +187,34 @@ export interface Recording {
   /** Forward values of small tensors by node id (leaves, roots, ops seen by capture or saved). */
   values: Record<string, number[]>;
 }
+
+/** How a node of the diff view compares: only in "after", only in "before", in both but different, or equal. */
+export type DiffStatus = "added" | "removed" | "changed" | "same";
+
+/**
+ * The diff view (synced trait `diff`; `{}` for none), from Python's `gv.diff(before, after).to_payload()`.
+ * The widget then draws `GraphDiff.merged()` (trait `graph_data`): the "after" graph plus the removed
+ * nodes of "before" under ids "was:<before id>" (with their edges and any module calls only "before" had).
+ * Suggested colours: added green, removed red (dashed), changed amber, same as usual.
+ * Memory uses the `Overlay` contract (title "saved for backward", unit "B") instead, in trait `overlay`.
+ */
+export interface GraphDiff {
+  /** Status of every drawn node id. */
+  status: Record<string, DiffStatus>;
+  /** Why a "changed" node changed (plain text, e.g. "shape [4, 8] -> [4, 16]; inputs now from ..."). */
+  why: Record<string, string>;
+  /** Leaf names only in "after" / only in "before" (a wrapped module's renamed weights are matched). */
+  added_leaves: string[];
+  removed_leaves: string[];
+  /** Leaf names that gained / lost a gradient path (present and connected to a root). */
+  gained: string[];
+  lost: string[];
+  /** Leaves gone behind an opaque reentrant checkpoint node: they still get gradients, unseen. */
+  hidden: string[];
+  /** Node id -> [bytes saved for backward before, after], only where it differs. */
+  memory: Record<string, [number, number]>;
+  /** Total activation bytes saved for backward, [before, after]. */
+  memory_total: [number, number];
+  /** Plain-text summary, several lines. */
+  summary: string;
+}
