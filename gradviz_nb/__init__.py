@@ -10,7 +10,9 @@ Example::
 
 from gradviz_nb.analysis.backward import BackwardRecording, record_backward
 from gradviz_nb.analysis.diff import GraphDiff, diff
+from gradviz_nb.analysis.flow import gradient_flow
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
+from gradviz_nb.analysis.monitor import GradientMonitor
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.html import export_html
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, unwatch, watch
@@ -19,6 +21,8 @@ __all__ = [
     "AutogradGraph",
     "BackwardRecording",
     "Capture",
+    "Dashboard",
+    "GradientMonitor",
     "GradvizError",
     "GraphDiff",
     "GraphWidget",
@@ -26,6 +30,7 @@ __all__ = [
     "capture",
     "diff",
     "export_html",
+    "gradient_flow",
     "memory_held",
     "record_backward",
     "trace",
@@ -41,4 +46,8 @@ def __getattr__(name: str) -> object:
         from gradviz_nb.widgets.graph_widget import GraphWidget
 
         return GraphWidget
+    if name == "Dashboard":  # ipywidgets + Bokeh + jupyter_bokeh
+        from gradviz_nb.widgets.dashboard import Dashboard
+
+        return Dashboard
     raise AttributeError(f"module 'gradviz_nb' has no attribute {name!r}")

@@ -1,0 +1,523 @@
+"""Gradient-flow statistics and checks after a backward: "is every part of my model learning?"
+
+:func:`gradient_flow` reads ``.grad`` (or gradients you pass) and never writes to the model or its
+gradients. Per parameter and per module (any depth, aggregated over every parameter under the
+module's path) it gives the L2 norm, max-abs, mean, fraction of zeros, NaN/Inf count, whether the
+gradient is missing, and the gradient-to-weight norm ratio; then flags what looks wrong, with reasons.
+All per-parameter numbers are computed as a few batched tensor ops and read back in one go.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from gradviz_nb.errors import GradvizError
+
+if TYPE_CHECKING:
+    from gradviz_nb.tracing import AutogradGraph, Capture
+
+__all__ = ["Flag", "GradientFlow", "ModuleStats", "ParamStats", "gradient_flow"]
+
+FLAG_KINDS = ("no-grad", "nan", "vanishing", "exploding", "dead-adapter", "stale")
+
+
+@dataclass(frozen=True)
+class ParamStats:
+    """Gradient statistics of one parameter (a tied weight appears once, with all its ``names``)."""
+
+    name: str
+    names: tuple[str, ...]
+    module: str
+    shape: tuple[int, ...]
+    numel: int
+    requires_grad: bool
+    has_grad: bool
+    norm: float
+    max_abs: float
+    mean: float
+    zero_frac: float
+    nonfinite: int
+    weight_norm: float
+    ratio: float  # gradient L2 norm / weight L2 norm (nan without a gradient, inf for a zero weight)
+
+
+@dataclass(frozen=True)
+class ModuleStats:
+    """Statistics over every parameter under a module path (``""`` is the whole model).
+
+    ``norm`` is the L2 norm of all those gradients together; ``mean`` and ``zero_frac`` are weighted by
+    element count; only parameters that have a gradient count, ``n_with_grad`` says how many.
+    """
+
+    path: str
+    type: str
+    depth: int
+    n_params: int
+    n_with_grad: int
+    numel: int
+    norm: float
+    max_abs: float
+    mean: float
+    zero_frac: float
+    nonfinite: int
+    weight_norm: float
+    ratio: float
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Something that looks wrong: ``kind`` (one of :data:`FLAG_KINDS`), what (``target``), and why."""
+
+    kind: str
+    target: str  # a parameter name, a module path or an adapter path
+    reason: str
+    params: tuple[str, ...] = ()  # the parameters concerned
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a layer's gradient norm counts as vanishing or exploding.
+
+    Relative: below ``vanishing`` x or above ``exploding`` x the median layer norm of the model.
+    Absolute (``None`` = off): below ``abs_vanishing`` or above ``abs_exploding``.
+    """
+
+    vanishing: float = 1e-3
+    exploding: float = 1e3
+    abs_vanishing: float | None = None
+    abs_exploding: float | None = None
+
+
+@dataclass
+class GradientFlow:
+    """The result of :func:`gradient_flow`: ``params``, ``modules``, ``layers`` and ``flags``.
+
+    ``layers`` are the modules that own parameters directly (``blocks.0.attn.c_attn``), in model
+    order: the bars of the charts and the unit of the vanishing/exploding checks.
+
+    Example::
+
+        flow = gv.gradient_flow(model)
+        print(flow.summary())
+        flow.flags_for("blocks.1.attn.c_attn")
+        flow.to_pandas("modules")
+    """
+
+    params: list[ParamStats]
+    modules: list[ModuleStats]
+    flags: list[Flag]
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    @property
+    def layers(self) -> list[ModuleStats]:
+        owners = {p.module for p in self.params}
+        return [m for m in self.modules if m.path in owners]
+
+    def param(self, name: str) -> ParamStats:
+        for p in self.params:
+            if name in p.names:
+                return p
+        raise KeyError(f"no parameter named {name!r}")
+
+    def module(self, path: str) -> ModuleStats:
+        for m in self.modules:
+            if m.path == path:
+                return m
+        raise KeyError(f"no module with parameters at path {path!r}")
+
+    def flags_for(self, path: str) -> list[Flag]:
+        """Flags on ``path`` itself, on anything under it, or naming one of its parameters."""
+
+        def under(name: str) -> bool:
+            return path == "" or name == path or name.startswith(path + ".")
+
+        return [f for f in self.flags if under(f.target) or any(under(p) for p in f.params)]
+
+    def to_pandas(self, which: str = "params") -> Any:
+        """A ``pandas.DataFrame`` of ``"params"``, ``"modules"``, ``"layers"`` or ``"flags"``."""
+        try:
+            import pandas as pd
+        except ImportError as err:
+            raise GradvizError("to_pandas needs pandas: pip install pandas") from err
+        rows: dict[str, Sequence[Any]] = {"params": self.params, "modules": self.modules, "layers": self.layers,
+                                          "flags": self.flags}
+        if which not in rows:
+            raise GradvizError(f"which must be one of {sorted(rows)}, got {which!r}")
+        return pd.DataFrame([asdict(r) for r in rows[which]])
+
+    def summary(self) -> str:
+        """A few lines: how many parameters got a gradient, the norm range, then every flag."""
+        trainable = [p for p in self.params if p.requires_grad]
+        with_grad = [p for p in trainable if p.has_grad]
+        norms = [m.norm for m in self.layers if m.n_with_grad and math.isfinite(m.norm) and m.norm > 0]
+        lines = [f"gradient flow: {len(with_grad)} of {len(trainable)} trainable parameters have a gradient "
+                 f"({len(self.params) - len(trainable)} frozen)"]
+        if norms:
+            lines.append(f"layer gradient norms: min {min(norms):.3g}, median {statistics.median(norms):.3g}, "
+                         f"max {max(norms):.3g} over {len(norms)} layers")
+        lines.append(f"{len(self.flags)} flags" + (":" if self.flags else ": nothing looks wrong"))
+        lines += [f"  [{f.kind}] {f.target}: {f.reason}" for f in self.flags]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        kinds = sorted({f.kind for f in self.flags})
+        return f"<GradientFlow: {len(self.params)} parameters, {len(self.flags)} flags {kinds}>"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.summary())
+
+
+# ------------------------------------------------------------------------------------------------
+# statistics
+# ------------------------------------------------------------------------------------------------
+
+
+def _named_params(model: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
+    """Each distinct parameter once, with every name it has (tied weights have several)."""
+    seen: dict[int, tuple[list[str], nn.Parameter]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        seen.setdefault(id(p), ([], p))[0].append(name)
+    return list(seen.values())
+
+
+def _batched_stats(grads: list[torch.Tensor]) -> list[list[float]]:
+    """Per gradient: [norm, max_abs, sum, zeros, nonfinite], in a handful of batched ops, one read-back."""
+    if not grads:
+        return []
+    g32 = [g.detach().float() for g in grads]
+    rows = torch.stack([
+        torch.stack(torch._foreach_norm(g32, 2)),
+        torch.stack(torch._foreach_norm(g32, float("inf"))),
+        torch.stack([g.sum() for g in g32]),
+        torch.stack([(g == 0).sum().float() for g in g32]),
+        torch.stack([(~torch.isfinite(g)).sum().float() for g in g32]),
+    ])
+    return [list(col) for col in zip(*rows.cpu().tolist(), strict=True)]
+
+
+def _weight_norms(params: list[torch.Tensor]) -> list[float]:
+    if not params:
+        return []
+    norms: list[float] = torch.stack(torch._foreach_norm([p.detach().float() for p in params], 2)).cpu().tolist()
+    return norms
+
+
+def _ratio(norm: float, weight_norm: float) -> float:
+    if math.isnan(norm):
+        return math.nan
+    return norm / weight_norm if weight_norm > 0 else (math.inf if norm > 0 else 0.0)
+
+
+def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | None = None) -> list[ParamStats]:
+    """Per-parameter statistics of ``.grad`` (or of ``grads``, by parameter name), in model order."""
+    named = _named_params(model)
+    given = dict(grads) if grads is not None else None
+    if given is not None:
+        unknown = set(given) - {n for names, _ in named for n in names}
+        if unknown:
+            raise GradvizError(f"grads names no parameter of the model: {sorted(unknown)[:5]}")
+    grad_of: list[torch.Tensor | None] = []
+    for names, p in named:
+        if given is None:
+            grad_of.append(p.grad)
+        else:
+            grad_of.append(next((given[n] for n in names if n in given), None))
+    present = [g for g in grad_of if g is not None]
+    stats = iter(_batched_stats(present))
+    wnorms = _weight_norms([p for _, p in named])
+    out = []
+    for (names, p), g, wn in zip(named, grad_of, wnorms, strict=True):
+        norm, max_abs, total, zeros, nonfinite = next(stats) if g is not None else [math.nan, math.nan, math.nan,
+                                                                                      math.nan, 0.0]
+        n = p.numel()
+        out.append(ParamStats(
+            name=names[0], names=tuple(names), module=names[0].rpartition(".")[0], shape=tuple(p.shape), numel=n,
+            requires_grad=p.requires_grad, has_grad=g is not None, norm=norm, max_abs=max_abs,
+            mean=total / n if n else math.nan, zero_frac=zeros / n if n else math.nan, nonfinite=int(nonfinite),
+            weight_norm=wn, ratio=_ratio(norm, wn),
+        ))
+    return out
+
+
+def module_stats(model: nn.Module, params: Sequence[ParamStats]) -> list[ModuleStats]:
+    """Aggregate ``params`` over every module path that holds at least one of them, in model order."""
+    types = {path: type(m).__name__ for path, m in model.named_modules(remove_duplicate=False)}
+    members: dict[str, list[ParamStats]] = {}
+    for p in params:
+        for name in p.names:  # a tied weight counts in each module that holds it
+            parts = name.split(".")[:-1]
+            for depth in range(len(parts) + 1):
+                bucket = members.setdefault(".".join(parts[:depth]), [])
+                if p not in bucket:
+                    bucket.append(p)
+    out = []
+    for path in types:
+        ps = members.get(path)
+        if ps:
+            out.append(_aggregate(path, types[path], ps))
+    return out
+
+
+def _aggregate(path: str, type_name: str, ps: list[ParamStats]) -> ModuleStats:
+    with_grad = [p for p in ps if p.has_grad]
+    numel = sum(p.numel for p in with_grad)
+    norm = math.sqrt(sum(p.norm**2 for p in with_grad)) if with_grad else math.nan
+    weight_norm = math.sqrt(sum(p.weight_norm**2 for p in ps))
+    return ModuleStats(
+        path=path, type=type_name, depth=path.count(".") + 1 if path else 0, n_params=len(ps),
+        n_with_grad=len(with_grad), numel=sum(p.numel for p in ps), norm=norm,
+        max_abs=max((p.max_abs for p in with_grad), default=math.nan),
+        mean=sum(p.mean * p.numel for p in with_grad) / numel if numel else math.nan,
+        zero_frac=sum(p.zero_frac * p.numel for p in with_grad) / numel if numel else math.nan,
+        nonfinite=sum(p.nonfinite for p in with_grad), weight_norm=weight_norm,
+        ratio=_ratio(norm, math.sqrt(sum(p.weight_norm**2 for p in with_grad))) if with_grad else math.nan,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# flags
+# ------------------------------------------------------------------------------------------------
+
+NO_GRAD_CAUSES = (
+    "likely causes: something between it and the loss does not require grad (computed under no_grad, "
+    "or an input with requires_grad=False), a detach() or .data on the path, or it is not in the graph of "
+    "this loss at all"
+)
+
+
+def _no_grad_reason(p: ParamStats, graph: AutogradGraph | None, capture: Capture | None,
+                    model_params: Mapping[str, torch.Tensor]) -> str:
+    head = "requires_grad but .grad is None"
+    own = _own_detach(p, capture, model_params)
+    if own:
+        return f"{head}: {own}"
+    if graph is None:
+        return f"{head}; {NO_GRAD_CAUSES} (pass graph=gv.trace(loss, model=model, capture=cap) to know which)"
+    leaves = graph.leaves()
+    if any(n in leaves for n in p.names):
+        return (f"{head}, yet it is in the graph of the traced loss: backward() has not run on that loss, or "
+                "the gradient was cleared after it (zero_grad(set_to_none=True))")
+    cut = _detaches_around(p, graph)
+    if cut:
+        return f"{head}: it is not in the graph of this loss; {cut}"
+    return (f"{head}: it is not in the graph of this loss (no path from it to the loss): it was not used, used "
+            "under no_grad, or its path was cut by a detach()/.data outside gv.capture")
+
+
+def _own_detach(p: ParamStats, capture: Capture | None, model_params: Mapping[str, torch.Tensor]) -> str:
+    if capture is None:
+        return ""
+    tensor = model_params.get(p.name)
+    for gh in capture.ghosts:
+        if gh.kind == "detached" and tensor is not None and gh.source_leaf == id(tensor):
+            where = f" inside {gh.call.path!r}" if gh.call is not None and gh.call.path else ""
+            return f"the parameter itself was read through {gh.label}{where}, which carries no gradient"
+    return ""
+
+
+def _detaches_around(p: ParamStats, graph: AutogradGraph) -> str:
+    """Detach ghosts in a module call that holds this parameter's module (the path was cut there)."""
+    calls = {c["id"]: c["path"] for c in graph.calls}
+    hits = []
+    for gh in graph.nx.graph.get("ghosts", []):
+        if gh["kind"] != "detached":
+            continue
+        path = calls.get(gh["call"], "")
+        if path == "" or p.module == path or p.module.startswith(path + "."):
+            where = f"module {path!r}" if path else "the model's top level"
+            hits.append(f"a {gh['label']} in {where} cut a gradient path (ghost {gh['id']})")
+    return "; ".join(dict.fromkeys(hits))
+
+
+def _check_layers(layers: list[ModuleStats], t: Thresholds, skip: set[str]) -> list[Flag]:
+    """Vanishing / exploding layers; ``skip``: adapter layers (a zero LoRA gradient at init is normal)."""
+    norms = [m.norm for m in layers if m.n_with_grad and math.isfinite(m.norm) and m.norm > 0]
+    median = statistics.median(norms) if norms else math.nan
+    flags = []
+    for m in layers:
+        if not m.n_with_grad or not math.isfinite(m.norm) or m.path in skip:
+            continue
+        if m.norm == 0:
+            flags.append(Flag("vanishing", m.path, "gradient is exactly zero (underflow, a dead activation or "
+                              "a zero multiplier on the path)"))
+            continue
+        rel = m.norm / median
+        if rel < t.vanishing or (t.abs_vanishing is not None and m.norm < t.abs_vanishing):
+            flags.append(Flag("vanishing", m.path, f"gradient norm {m.norm:.3g} is {rel:.2g}x the median layer "
+                              f"norm {median:.3g} (thresholds: x{t.vanishing:g}, absolute {t.abs_vanishing})"))
+        elif rel > t.exploding or (t.abs_exploding is not None and m.norm > t.abs_exploding):
+            flags.append(Flag("exploding", m.path, f"gradient norm {m.norm:.3g} is {rel:.3g}x the median layer "
+                              f"norm {median:.3g} (thresholds: x{t.exploding:g}, absolute {t.abs_exploding})"))
+    return flags
+
+
+def adapter_groups(names: Iterable[str], patterns: Sequence[str]) -> dict[str, list[str]]:
+    """Adapter path -> its parameter names: ``a.b.lora_A.default.weight`` belongs to adapter ``a.b``."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            if part in patterns:
+                groups.setdefault(".".join(parts[:i]), []).append(name)
+                break
+    return groups
+
+
+def _check_adapters(params: list[ParamStats], patterns: Sequence[str], reasons: dict[str, str]) -> list[Flag]:
+    by_name = {n: p for p in params for n in p.names}
+    flags = []
+    for path, names in adapter_groups(by_name, patterns).items():
+        adapter = [by_name[n] for n in names]
+        base = [p for p in params if p.name.startswith(path + ".") and p.name not in names]
+        if not all(p.requires_grad for p in adapter) or any(p.requires_grad for p in base):
+            continue  # not a fine-tuning setup: the other checks cover it
+        alive = [p for p in adapter if p.has_grad and p.nonfinite == 0 and p.norm > 0]
+        if alive:
+            continue
+        state = ", ".join(f"{n.removeprefix(path + '.')}: {'no gradient' if not by_name[n].has_grad else 'zero'}"
+                          for n in names)
+        why = next((reasons[n] for n in names if n in reasons), "")
+        flags.append(Flag("dead-adapter", path, f"adapter gets no gradient while its base is frozen ({state})"
+                          + (f"; {why.split(': ', 1)[-1]}" if why else ""), params=tuple(names)))
+    return flags
+
+
+def check_flags(
+    model: nn.Module,
+    params: list[ParamStats],
+    layers: list[ModuleStats],
+    thresholds: Thresholds,
+    adapter_patterns: Sequence[str],
+    graph: AutogradGraph | None = None,
+    capture: Capture | None = None,
+) -> list[Flag]:
+    """Every flag but ``stale`` (which needs the previous step: :class:`gv.GradientMonitor`)."""
+    model_params = dict(model.named_parameters(remove_duplicate=False))
+    flags: list[Flag] = []
+    reasons: dict[str, str] = {}
+    for p in params:
+        if p.requires_grad and not p.has_grad:
+            reasons[p.name] = _no_grad_reason(p, graph, capture, model_params)
+            flags.append(Flag("no-grad", p.name, reasons[p.name], params=p.names))
+        elif p.nonfinite:
+            flags.append(Flag("nan", p.name, f"{p.nonfinite} of {p.numel} gradient values are NaN or Inf",
+                              params=p.names))
+    adapters = {n for names in adapter_groups([p.name for p in params], adapter_patterns).values() for n in names}
+    adapter_layers = {p.module for p in params if p.name in adapters and not any(
+        q.module == p.module and q.name not in adapters for q in params)}
+    flags += _check_layers(layers, thresholds, adapter_layers)
+    flags += _check_adapters(params, adapter_patterns, reasons)
+    return flags
+
+
+def gradient_flow(
+    model: nn.Module,
+    grads: Mapping[str, torch.Tensor | None] | None = None,
+    *,
+    graph: AutogradGraph | None = None,
+    capture: Capture | None = None,
+    vanishing: float = 1e-3,
+    exploding: float = 1e3,
+    abs_vanishing: float | None = None,
+    abs_exploding: float | None = None,
+    adapter_patterns: Sequence[str] = ("lora_A", "lora_B"),
+) -> GradientFlow:
+    """Gradient statistics per parameter and module, and flags with reasons, after a backward.
+
+    Reads ``p.grad`` (or ``grads``: parameter name -> gradient) and changes nothing. ``graph`` (from
+    :func:`gv.trace` of the same loss, ideally with ``capture``) lets a "no gradient" flag say whether
+    the parameter is in the loss's graph at all and where a ``detach()`` cut it; ``capture`` also
+    finds a ``.data``/``.detach()`` of the parameter itself. ``vanishing``/``exploding`` are factors of
+    the median layer norm; ``abs_vanishing``/``abs_exploding`` absolute limits. Adapters are the
+    parameters with a path component in ``adapter_patterns`` (LoRA's ``lora_A``/``lora_B``).
+
+    Example::
+
+        loss.backward()
+        flow = gv.gradient_flow(model)
+        print(flow.summary())
+        [f.target for f in flow.flags if f.kind == "dead-adapter"]   # ["blocks.1.attn.c_attn"]
+    """
+    if not isinstance(model, nn.Module):
+        raise GradvizError(f"gradient_flow expects an nn.Module, got {type(model).__name__}.")
+    thresholds = Thresholds(vanishing, exploding, abs_vanishing, abs_exploding)
+    params = param_stats(model, grads)
+    modules = module_stats(model, params)
+    owners = {p.module for p in params}
+    layers = [m for m in modules if m.path in owners]
+    flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture)
+    return GradientFlow(params, modules, flags, thresholds)
+
+
+def overlay(flow: GradientFlow, graph: AutogradGraph) -> dict[str, Any]:
+    """The ``GraphWidget.overlay`` for ``flow`` on ``graph`` (``js/src/payload.ts`` ``Overlay``).
+
+    Leaves get their parameter's gradient norm, module boxes (``"call:<id>"``) their module's;
+    marks: ``no-grad`` (no gradient), ``nan`` (NaN/Inf), ``flag`` (vanishing, exploding, dead adapter).
+    """
+    values: dict[str, float] = {}
+    marks: dict[str, str] = {}
+    flagged_paths = {f.target for f in flow.flags if f.kind in ("vanishing", "exploding", "dead-adapter")}
+    flagged_params = {n for f in flow.flags if f.kind == "dead-adapter" for n in f.params}
+    leaves = graph.leaves()
+    for p in flow.params:
+        node = next((leaves[n] for n in p.names if n in leaves), None)
+        if node is None:
+            continue
+        if not p.has_grad:
+            marks[node] = "no-grad"
+            continue
+        if math.isfinite(p.norm):
+            values[node] = p.norm
+        if p.nonfinite:
+            marks[node] = "nan"
+        elif p.module in flagged_paths or any(n in flagged_params for n in p.names):
+            marks[node] = "flag"
+    by_path = {m.path: m for m in flow.modules}
+    for call in graph.calls:
+        m = by_path.get(call["path"])
+        if m is None or not m.n_with_grad:
+            continue
+        key = f"call:{call['id']}"
+        if math.isfinite(m.norm):
+            values[key] = m.norm  # marks are per node id in the contract: a box shows its members' marks
+    return {"title": "gradient L2 norm", "values": values, "scale": "log", "encoding": "color",
+            "marks": marks, "unit": ""}
+
+
+HIST_RANGE = (-12.0, 4.0)  # log10 |gradient|; values outside are clamped into the end bins
+
+
+def layer_histograms(model: nn.Module, bins: int = 32) -> tuple[list[float], dict[str, list[float]]]:
+    """Histogram of ``log10 |g|`` per layer (module owning parameters), as fractions of its elements.
+
+    Returns ``(edges, {layer: fractions})``: ``bins`` bins over :data:`HIST_RANGE` plus a first entry
+    for exact zeros (so ``len(fractions) == bins + 1``). Reads ``.grad``; changes nothing.
+    """
+    lo, hi = HIST_RANGE
+    edges = torch.linspace(lo, hi, bins + 1).tolist()
+    counts: dict[str, torch.Tensor] = {}
+    for names, p in _named_params(model):
+        g = p.grad
+        layer = names[0].rpartition(".")[0]
+        acc = counts.setdefault(layer, torch.zeros(bins + 1, dtype=torch.float64))
+        if g is None:
+            continue
+        a = g.detach().float().abs().flatten()
+        finite = a[torch.isfinite(a)]
+        zeros = (finite == 0).sum()
+        logs = finite[finite > 0].log10().clamp(lo, hi - 1e-6)
+        acc[0] += zeros.double().cpu()
+        acc[1:] += torch.histc(logs, bins=bins, min=lo, max=hi).double().cpu()
+    out = {}
+    for layer, c in counts.items():
+        total = float(c.sum())
+        out[layer] = (c / total).tolist() if total else [0.0] * (bins + 1)
+    return edges, out
