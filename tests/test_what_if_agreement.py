@@ -25,6 +25,7 @@ from gradviz_nb.demo_models import GPT2, GPT2Config, MHAModel, TwiceCalled, gpt2
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.widgets.payload import to_payload
+from gradviz_nb.widgets.toggles import toggle_args
 
 ROOT = Path(__file__).resolve().parents[1]
 JS = ROOT / "js"
@@ -123,18 +124,8 @@ CORPUS: dict[str, Callable[[], AutogradGraph]] = {
 
 
 def to_python(g: AutogradGraph, toggles: Toggles) -> tuple[list[object], list[str]]:
-    path = {c["id"]: c["path"] for c in g.calls}
-    detach: list[object] = []
-    for item in toggles["detach"]:
-        if item.startswith("call:"):
-            detach.append(item.removeprefix("call:"))
-        elif item in g.nx:
-            detach.append(item)
-        else:
-            node, _, out = item.rpartition(":")
-            detach.append((node, int(out)))
-    freeze = [path[i.removeprefix("call:")] if i.startswith("call:") else i for i in toggles["freeze"]]
-    return detach, freeze
+    """The translation the widget itself uses (``GraphWidget.what_if``)."""
+    return toggle_args(g, toggles)
 
 
 def usable(g: AutogradGraph, detach: list[str], freeze: list[str]) -> bool:

@@ -1,12 +1,32 @@
 // anywidget entry: wires the synced traits (graph_data, expanded, selected, height, toggles,
-// verified, can_verify) to the view.
+// verified, can_verify, overlay, recording, step) to the view.
 // Traits hold all state, so a saved notebook or exported page rebuilds the same view with no kernel.
 import type { AnyWidget, RenderProps } from "@anywidget/types";
 import css from "./styles.css";
-import type { GraphPayload, Toggles, Verification, WhatIfAnswer } from "./payload";
+import type { GraphPayload, Overlay, Recording, Toggles, Verification, WhatIfAnswer } from "./payload";
 import { canonical, collapse, expand, expandAll, sameSet } from "./state/expansion";
 import { callDetails, nodeDetails, nodeTitle, plural } from "./state/labels";
-import { callKey, indexCalls, nodeKey, visibleGraph, type CallIndex, type VisibleCounts } from "./state/quotient";
+import { callKey, indexCalls, nodeKey, representative, visibleGraph, type CallIndex, type VisibleCounts } from "./state/quotient";
+import { fmt } from "./state/numbers";
+import { MARK_TEXT, normalizeOverlay, overlayDecorations, overlayText, type OverlayDecorations } from "./state/overlay";
+import {
+  clampCursor,
+  indexRecording,
+  nextCursor,
+  normalizeRecording,
+  passCursor,
+  pendingLeaves,
+  positionText,
+  reserveLines,
+  stepDecorations,
+  stepDetails,
+  stepForNode,
+  INTRO,
+  stepView,
+  type RecordingIndex,
+  type StepView,
+} from "./state/stepper";
+import { withUnit } from "./state/numbers";
 import {
   CALL_PREFIX,
   EMPTY_TOGGLES,
@@ -19,13 +39,15 @@ import {
   toggleTensors,
   type WhatIfState,
 } from "./state/whatif";
-import { decorate } from "./state/whatifview";
-import { GraphView, type Anchor } from "./view/graphview";
+import { decorate, type Decorations } from "./state/whatifview";
+import { GraphView, type Anchor, type Paint } from "./view/graphview";
 import { readTheme } from "./view/theme";
 import { createDetails } from "./panels/details";
 import { h } from "./panels/dom";
 import { createToolbar } from "./panels/toolbar";
 import { createWhatIfPanel } from "./panels/whatif";
+import { createLegend, createTooltip, type LegendSpec, type LegendSwatch } from "./panels/legend";
+import { createStepper } from "./panels/stepper";
 
 interface Traits {
   graph_data: GraphPayload;
@@ -38,6 +60,12 @@ interface Traits {
   verified: Partial<Verification>;
   /** True when the widget can re-run the model (GraphWidget.from_fn). */
   can_verify: boolean;
+  /** Per-node values and marks drawn over the graph ({} when none). */
+  overlay: Partial<Overlay>;
+  /** A recorded backward pass for the stepper ({} when none). */
+  recording: Partial<Recording>;
+  /** Stepper cursor: -1 before the first step, else an index into recording.steps. */
+  step: number;
 }
 
 /** Above this many visible elements, say that the graph is big (it still renders). */
@@ -75,6 +103,19 @@ export interface DebugHook {
   edgeBetween(sourceKey: string, targetKey: string): string | null;
   /** Milliseconds from the last user toggle to its styles applied (what-if recomputed + restyled). */
   lastWhatIfMs(): number;
+  /** Stepper: move the cursor (-1 = before the start; clamped), as a user would (sets `step`). */
+  stepTo(cursor: number): void;
+  /** Stepper cursor (-1 when before the start or no recording). */
+  currentStep(): number;
+  /** Stepper facts: cursor, pass, running node id, element keys of edges carrying gradient now,
+   *  playing, by-module stepping. */
+  stepInfo(): { cursor: number; pass: number; node: string | null; flowEdges: string[]; playing: boolean; byModule: boolean };
+  /** Stepper: step by module box (what is on screen) instead of node by node. */
+  setByModule(on: boolean): void;
+  /** Milliseconds from the last stepper move to its styles applied. */
+  lastStepMs(): number;
+  /** Overlay value and mark shown for an element key ("n:<id>", "c:<call id>"). */
+  overlayOf(key: string): { value: number | null; mark: string | null; text: string };
 }
 
 function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
@@ -99,6 +140,20 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   let wiState: WhatIfState | null = null;
   let whatIfMode = false;
   let lastWhatIfMs = 0;
+  let wiDeco: Decorations | null = null;
+  // Stepper.
+  let rix: RecordingIndex | null = null;
+  let cursor = -1;
+  let sv: StepView | null = null;
+  let playing = false;
+  let timer: ReturnType<typeof setInterval> | null = null;
+  let speed = 2;
+  let byModule = false;
+  let lastStepMs = 0;
+  let flowEdges: string[] = [];
+  // Overlay.
+  let overlay: Overlay | null = null;
+  let ovDeco: OverlayDecorations | null = null;
 
   const view = new GraphView(canvas, theme, {
     // A click on a box means open / close (it does not select: a panel popping up on every open
@@ -112,6 +167,13 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
         else userToggle(toggleItem(toggles, "detach", CALL_PREFIX + id));
         return;
       }
+      if (rix && (kind === "op" || kind === "leaf")) {
+        const at = stepForNode(rix, cursor, id);
+        if (at !== null) {
+          userSeek(at);
+          return;
+        }
+      }
       if (kind === "collapsed") changeExpanded(expand(expanded, id, index), key);
       else if (kind === "expanded") changeExpanded(collapse(expanded, id, index), key);
       else setSelected(id);
@@ -122,6 +184,13 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       userToggle(toggleTensors(toggles, tensorsOfEdges(payload, edge.edges)));
     },
     background: () => setSelected(""),
+    hover(key, client) {
+      if (!key) {
+        tooltip.hide();
+        return;
+      }
+      tooltip.show(tooltipText(key), client, body);
+    },
   });
   const toolbar = createToolbar({
     fit: () => view.fit(),
@@ -143,8 +212,24 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     verify: () => model.send({ kind: "verify" }),
   });
   const details = createDetails(() => setSelected(""));
-  body.append(details.element);
-  root.append(toolbar.element, whatIfPanel.element, toolbar.info, toolbar.message, body);
+  const stepper = createStepper({
+    seek: (c) => userSeek(c),
+    step: (dir) => userStep(dir),
+    togglePlay: () => setPlaying(!playing),
+    setSpeed(v) {
+      speed = v;
+      if (playing) setPlaying(true);
+    },
+    setPass: (p) => rix && userSeek(passCursor(rix, p)),
+    setByModule: (on) => setByModule(on),
+  });
+  const legend = createLegend();
+  const tooltip = createTooltip();
+  body.append(details.element, stepper.details, legend.element, tooltip.element);
+  root.append(toolbar.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, body);
+  root.tabIndex = 0;
+  // JupyterLab must not take the keys we handle while the widget has focus.
+  root.setAttribute("data-lm-suppress-shortcuts", "true");
 
   const setHeight = (): void => {
     body.style.height = `${Math.max(120, Number(model.get("height")) || 600)}px`;
@@ -170,12 +255,14 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     root.dataset.expandedBoxes = String(counts.expanded);
     root.dataset.layout = "running";
     spinner.hidden = false;
+    view.setReserve(rix ? reserveFor(rix) : null);
     running++;
     const job = view
       .show(graph, options)
       .then((applied) => {
         if (applied) {
           root.dataset.layoutMs = String(Math.round(view.lastLayoutMs));
+          wiDeco = null;
           showSelection();
           applyWhatIf();
         }
@@ -236,7 +323,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   function applyWhatIf(): void {
     if (!wiState) recomputeWhatIf();
     const state = wiState!;
-    if (view.shown) view.decorate(decorate(payload, view.shown, state, toggles));
+    repaint();
     const toggled = !state.empty;
     whatIfPanel.update({
       visible: whatIfMode || toggled,
@@ -248,12 +335,219 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     whatIfPanel.showVerification(model.get("verified"), toggles);
   }
 
+  /** Merge what-if, overlay and stepper decorations into one class string and label per element,
+   *  and apply them (styles only). */
+  function repaint(): void {
+    const shown = view.shown;
+    if (!shown) return;
+    if (!wiDeco) wiDeco = decorate(payload, shown, wiState ?? evaluate(payload, toggles), toggles);
+    ovDeco = overlay ? overlayDecorations(payload, shown, overlay, index) : null;
+    sv = rix ? stepView(rix, cursor) : null;
+    const stepColours = !!rix && cursor >= 0;
+    const st = rix && sv ? stepDecorations(rix, sv, shown, repOf) : null;
+    const paint: Paint = { classes: new Map(), labels: new Map(), sizes: new Map(), edgeLabels: st?.edgeLabels ?? new Map(), suffixes: ovDeco?.suffix ?? new Map() };
+    const addAll = (m: Map<string, string> | undefined, keep?: (cls: string) => boolean): void => {
+      if (!m) return;
+      for (const [k, v] of m) {
+        const cls = keep ? v.split(" ").filter(keep).join(" ") : v;
+        if (!cls) continue;
+        const have = paint.classes.get(k);
+        paint.classes.set(k, have ? have + " " + cls : cls);
+      }
+    };
+    addAll(wiDeco.classes);
+    addAll(ovDeco?.classes, stepColours ? (c) => !c.startsWith("heat-") : undefined);
+    addAll(st?.classes);
+    for (const [k, v] of wiDeco.labels) paint.labels.set(k, v);
+    if (st) for (const [k, lines] of st.lines) paint.labels.set(k, (paint.labels.get(k) ?? "{base}") + "\n" + lines.join("\n"));
+    if (ovDeco && overlay?.encoding === "size" && !stepColours) for (const [k, f] of ovDeco.scale) paint.sizes.set(k, f);
+    view.paint(paint);
+    flowEdges = st ? [...st.edgeLabels.keys()] : [];
+    legend.show(legendSpec(stepColours));
+    updateStepperPanel();
+  }
+
+  function legendSpec(stepColours: boolean): LegendSpec | null {
+    if (rix && (stepColours || !overlay)) {
+      const sc = rix.scale;
+      return {
+        title: "gradient each node received (‖·‖, log scale)",
+        scaleText: "",
+        min: sc ? fmt(sc.min) : "—",
+        max: sc ? fmt(sc.max) : "—",
+        ramp: true,
+        items: [
+          ["run", "running now"],
+          ["flow", "gradient sent now"],
+          ["neutral", "not run yet"],
+          ["zero", "zero"],
+        ],
+      };
+    }
+    if (!overlay) return null;
+    const r = ovDeco?.range ?? null;
+    const items: [LegendSwatch, string][] = [];
+    const present = new Set(Object.values(overlay.marks));
+    for (const m of ["no-grad", "nan", "flag"] as const) if (present.has(m)) items.push([m, MARK_TEXT[m]]);
+    return {
+      title: overlay.title || "value",
+      scaleText: overlay.encoding === "size" ? `node size grows with the value (${overlay.scale} scale)` : `${overlay.scale} scale`,
+      min: r ? withUnit(r.min, overlay.unit) : "—",
+      max: r ? withUnit(r.max, overlay.unit) : "—",
+      ramp: overlay.encoding !== "size",
+      items,
+    };
+  }
+
+  function tooltipText(key: string): string {
+    const parts: string[] = [];
+    if (overlay && ovDeco) {
+      const t = overlayText(overlay, ovDeco.values.get(key), ovDeco.marks.get(key));
+      if (t) parts.push(t);
+    }
+    if (rix && sv && key.startsWith("n:")) {
+      const r = sv.ran.get(key.slice(2));
+      if (r) parts.push(`gradient received: ‖·‖ ${r.nonfinite ? "NaN/Inf" : fmt(r.norm)}`);
+    }
+    return parts.join(" · ");
+  }
+
+  // --- Stepper ---
+  const repOf = (nodeId: string): string => {
+    const n = rix?.nodes.get(nodeId);
+    return n ? representative(n, index, expanded) : nodeKey(nodeId);
+  };
+
+  function reserveFor(ix: RecordingIndex): (key: string) => string[][] | null {
+    return (key) => (key.startsWith("n:") ? reserveLines(ix, key.slice(2)) : null);
+  }
+
+  function updateStepperPanel(): void {
+    stepper.setVisible(!!rix);
+    if (body.classList.contains("gradviz-with-side") !== !!rix) {
+      body.classList.toggle("gradviz-with-side", !!rix);
+      view.resize();
+    }
+    root.dataset.step = String(cursor);
+    if (!rix || !sv) {
+      root.dataset.stepNode = "";
+      return;
+    }
+    root.dataset.stepNode = sv.step ? sv.step.node : "";
+    stepper.update({
+      cursor,
+      total: rix.steps.length,
+      passes: rix.passes,
+      pass: sv.pass,
+      playing,
+      position: positionText(rix, sv),
+      pending: pendingLeaves(rix, sv),
+      boxes: index.order.length > 0,
+    });
+    stepper.showDetails(stepDetails(rix, sv) ?? INTRO);
+    details.hide();
+  }
+
+  /** Move the cursor and repaint (styles only); `save` when the user moved it. */
+  function seek(c: number, save: boolean): void {
+    if (!rix) return;
+    const started = performance.now();
+    const next = clampCursor(rix, c);
+    const changed = next !== cursor;
+    cursor = next;
+    if (save && Number(model.get("step")) !== cursor) {
+      model.set("step", cursor);
+      model.save_changes();
+    }
+    if (changed || save) repaint();
+    if (changed && sv?.step) view.ensureVisible(repOf(sv.step.node), { side: 30, top: 30, bottom: 110 });
+    lastStepMs = performance.now() - started;
+    root.dataset.stepMs = lastStepMs.toFixed(1);
+  }
+
+  function userSeek(c: number): void {
+    seek(c, true);
+  }
+
+  function userStep(dir: 1 | -1): void {
+    if (!rix) return;
+    userSeek(nextCursor(rix, cursor, dir, byModule ? repOf : undefined));
+  }
+
+  function setPlaying(on: boolean): void {
+    if (timer) clearInterval(timer);
+    timer = null;
+    playing = on && !!rix;
+    if (playing && rix) {
+      if (cursor >= rix.steps.length - 1) userSeek(-1);
+      timer = setInterval(() => {
+        if (!rix || cursor >= rix.steps.length - 1) {
+          setPlaying(false);
+          return;
+        }
+        userStep(1);
+        if (rix && cursor >= rix.steps.length - 1) setPlaying(false);
+      }, 1000 / speed);
+    }
+    root.dataset.playing = String(playing);
+    updateStepperPanel();
+  }
+
+  function setByModule(on: boolean): void {
+    byModule = on;
+    updateStepperPanel();
+  }
+
+  function loadRecording(): void {
+    const rec = normalizeRecording(model.get("recording"));
+    setPlaying(false);
+    rix = rec ? indexRecording(rec, payload) : null;
+    cursor = rix ? clampCursor(rix, Number(model.get("step") ?? -1)) : -1;
+    body.classList.toggle("gradviz-with-side", !!rix);
+    view.resize();
+  }
+
+  const onRecording = (): void => {
+    loadRecording();
+    relayout({}); // node sizes depend on the recording's "data | grad" lines
+  };
+  const onStep = (): void => {
+    if (!rix) return;
+    const c = clampCursor(rix, Number(model.get("step")));
+    if (c !== cursor) seek(c, false);
+  };
+  const onOverlay = (): void => {
+    overlay = normalizeOverlay(model.get("overlay"));
+    repaint();
+  };
+
+  const onKey = (e: KeyboardEvent): void => {
+    if (!rix || e.altKey || e.ctrlKey || e.metaKey) return;
+    const target = e.target as HTMLElement | null;
+    const tag = target?.tagName ?? "";
+    const isRange = tag === "INPUT" && (target as HTMLInputElement).type === "range";
+    if ((e.key === "ArrowRight" || e.key === "ArrowLeft") && !isRange && tag !== "SELECT") {
+      userStep(e.key === "ArrowRight" ? 1 : -1);
+    } else if ((e.key === " " || e.key === "Spacebar") && !["BUTTON", "INPUT", "SELECT", "TEXTAREA"].includes(tag)) {
+      setPlaying(!playing);
+    } else return;
+    e.preventDefault();
+    e.stopPropagation();
+  };
+  const onPointerDown = (e: Event): void => {
+    const tag = (e.target as HTMLElement | null)?.tagName ?? "";
+    if (!["BUTTON", "INPUT", "SELECT", "TEXTAREA", "OPTION"].includes(tag)) root.focus({ preventScroll: true });
+  };
+  root.addEventListener("keydown", onKey);
+  root.addEventListener("pointerdown", onPointerDown, { capture: true });
+
   function userToggle(next: Toggles): void {
     const started = performance.now();
     toggles = next;
     model.set("toggles", { detach: [...next.detach], freeze: [...next.freeze] });
     model.save_changes();
     recomputeWhatIf();
+    wiDeco = null;
     applyWhatIf();
     lastWhatIfMs = performance.now() - started;
     root.dataset.whatifMs = lastWhatIfMs.toFixed(1);
@@ -273,6 +567,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     if (sameToggles(incoming, toggles)) return;
     toggles = incoming;
     recomputeWhatIf();
+    wiDeco = null;
     applyWhatIf();
   };
   const onVerified = (): void => applyWhatIf();
@@ -282,6 +577,9 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     index = indexCalls(payload);
     toggles = normalizeToggles(model.get("toggles"));
     recomputeWhatIf();
+    wiDeco = null;
+    overlay = normalizeOverlay(model.get("overlay"));
+    loadRecording();
     expanded = new Set(canonical(model.get("expanded") || [], index));
     toolbar.setNotes(payload.meta?.notes ?? []);
     toolbar.setBoxesAvailable(index.order.length > 0);
@@ -301,6 +599,9 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   model.on("change:toggles", onToggles);
   model.on("change:verified", onVerified);
   model.on("change:can_verify", onVerified);
+  model.on("change:overlay", onOverlay);
+  model.on("change:recording", onRecording);
+  model.on("change:step", onStep);
   const resizeObserver = new ResizeObserver(() => view.resize());
   resizeObserver.observe(body);
 
@@ -331,6 +632,27 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       return e ? e.key : null;
     },
     lastWhatIfMs: () => lastWhatIfMs,
+    stepTo: (c) => userSeek(c),
+    currentStep: () => cursor,
+    stepInfo: () => ({
+      cursor,
+      pass: rix ? (sv?.pass ?? 0) : 0,
+      node: sv?.step ? sv.step.node : null,
+      flowEdges: [...flowEdges],
+      playing,
+      byModule,
+    }),
+    setByModule,
+    lastStepMs: () => lastStepMs,
+    overlayOf(key) {
+      const value = ovDeco?.values.get(key);
+      const mark = ovDeco?.marks.get(key);
+      return {
+        value: value ?? null,
+        mark: mark ?? null,
+        text: overlay ? overlayText(overlay, value, mark) : "",
+      };
+    },
   };
   (root as HTMLElement & { __gradviz?: DebugHook }).__gradviz = hook;
 
@@ -345,6 +667,12 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     model.off("change:toggles", onToggles);
     model.off("change:verified", onVerified);
     model.off("change:can_verify", onVerified);
+    model.off("change:overlay", onOverlay);
+    model.off("change:recording", onRecording);
+    model.off("change:step", onStep);
+    if (timer) clearInterval(timer);
+    root.removeEventListener("keydown", onKey);
+    root.removeEventListener("pointerdown", onPointerDown, { capture: true });
     resizeObserver.disconnect();
     view.destroy();
     root.remove();

@@ -2,8 +2,10 @@
 // into the page with textContent / canvas text, never as HTML.
 import type { GhostTensor, GraphNode, ModuleCall } from "../payload";
 
+/** "[3, 4]"; a 0-dimensional tensor is "scalar"; unknown is "". */
 export function formatShape(shape: number[] | null | undefined): string {
-  return shape ? "[" + shape.join(", ") + "]" : "";
+  if (!shape) return "";
+  return shape.length === 0 ? "scalar" : "[" + shape.join(", ") + "]";
 }
 
 /** A node's title: leaves by their (first) name, ops by label or grad_fn name. */
@@ -20,8 +22,10 @@ export function nodeLabel(n: GraphNode): string {
   return shape ? nodeTitle(n) + "\n" + shape : nodeTitle(n);
 }
 
+/** "1 node", "2 nodes", "16 closed boxes" (the last word gets "es" after s, x, z, ch, sh). */
 export function plural(n: number, word: string): string {
-  return `${n} ${word}${n === 1 ? "" : "s"}`;
+  if (n === 1) return `${n} ${word}`;
+  return `${n} ${word}${/(s|x|z|ch|sh)$/.test(word) ? "es" : "s"}`;
 }
 
 /** A ghost tensor (detached / frozen, forward only): "detach()" or "❄ name", then the shape. */

@@ -129,11 +129,12 @@ export interface WhatIfState {
   empty: boolean;
 }
 
-/** Non-leaf nodes inside the call `name` (a call id) or any call of the module path `name`,
- *  counting nested calls: Python's `_call_members`. */
+/** Non-leaf nodes inside the call whose id is `name`; failing that (no call has that id), inside
+ *  every call of module path `name`; nested calls count. Python's `_call_members`. */
 export function callMembers(ix: WhatIfIndex, name: string): Uint8Array {
   const chosen = new Set<string>();
-  for (const c of ix.payload.calls) if (c.id === name || c.path === name) chosen.add(c.id);
+  for (const c of ix.payload.calls) if (c.id === name) chosen.add(c.id);
+  if (chosen.size === 0) for (const c of ix.payload.calls) if (c.path === name) chosen.add(c.id);
   const members = new Uint8Array(ix.ids.length);
   if (chosen.size === 0) return members;
   const inside = new Map<string, boolean>();

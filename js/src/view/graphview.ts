@@ -2,12 +2,28 @@
 import cytoscape from "cytoscape";
 import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytoscape";
 import { collapsedLabel, expandedLabel, ghostLabel, nodeLabel } from "../state/labels";
-import type { Decorations } from "../state/whatifview";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { LayoutEngine, type Point, type Size } from "./layout";
 import { toSegments } from "./segments";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import type { Theme } from "./theme";
+
+/** Everything drawn over the laid-out graph, merged from what-if, stepper and overlay: applied as
+ *  classes and label / size data only, never a re-layout. */
+export interface Paint {
+  /** Element key -> space separated classes (style.ts selectors). */
+  classes: Map<string, string>;
+  /** Element key -> label template, "{base}" standing for the base label. */
+  labels: Map<string, string>;
+  /** Element key -> size factor (overlay encoding "size"). */
+  sizes: Map<string, number>;
+  /** Edge key -> label (gradient carried now). */
+  edgeLabels: Map<string, string>;
+  /** Element key -> text appended to the label's first line (" ⊘"). */
+  suffixes: Map<string, string>;
+}
+
+export const EMPTY_PAINT: Paint = { classes: new Map(), labels: new Map(), sizes: new Map(), edgeLabels: new Map(), suffixes: new Map() };
 
 export interface ViewHandlers {
   /** A node or box was clicked; `key` is its element id ("n:<node id>" or "c:<call id>"). */
@@ -15,6 +31,8 @@ export interface ViewHandlers {
   /** An edge was clicked (only in what-if mode do edges take clicks); `key` is a VisibleEdge key. */
   tapEdge(key: string, shift: boolean): void;
   background(): void;
+  /** The pointer entered (key) or left (null) a node or box. */
+  hover?(key: string | null, client: { x: number; y: number }): void;
 }
 
 /** Keep a box where the user clicked it: its top-centre stays at the same screen point. */
@@ -39,7 +57,11 @@ export class GraphView {
   /** The graph currently drawn (null before the first layout). */
   shown: VisibleGraph | null = null;
   private whatIfMode = false;
-  private decorations: Decorations | null = null;
+  private paintState: Paint = EMPTY_PAINT;
+  /** Edges of the selected node (class "hl"). */
+  private hl = new Set<string>();
+  /** Extra label variants to size a node for at layout (stepper "data | grad" lines). */
+  private reserve: ((key: string) => string[][] | null) | null = null;
   private invalidateOffsets: () => void;
   private container: HTMLElement;
 
@@ -55,6 +77,11 @@ export class GraphView {
       boxSelectionEnabled: false,
       selectionType: "single",
       autoungrabify: true,
+      // Pans and zooms move a snapshot of the canvas instead of redrawing every element; edges are
+      // hidden while the viewport moves (big graphs stay smooth).
+      textureOnViewport: true,
+      hideEdgesOnViewport: true,
+      pixelRatio: 1,
     });
     // Cytoscape caches the canvas's page offset and drops the cache on scroll events of the
     // ancestors it saw when created. anywidget may render before `el` is in the page, so a
@@ -77,13 +104,32 @@ export class GraphView {
       else if (e.target.isNode()) handlers.tap(e.target.id(), e.target.data("kind"), shift);
       else if (e.target.isEdge()) handlers.tapEdge(e.target.id(), shift);
     });
+    if (handlers.hover) {
+      const hover = handlers.hover;
+      const at = (e: EventObject) => {
+        const rect = container.getBoundingClientRect();
+        return { x: rect.left + e.renderedPosition.x, y: rect.top + e.renderedPosition.y };
+      };
+      this.cy.on("mouseover", "node", (e: EventObject) => hover(e.target.id(), at(e)));
+      this.cy.on("mouseout", "node", (e: EventObject) => hover(null, at(e)));
+    }
   }
 
   /** Lay out and draw `graph`. Resolves false when a newer call superseded this one. */
   async show(graph: VisibleGraph, options: { anchor?: Anchor; fit?: boolean } = {}): Promise<boolean> {
     const generation = ++this.generation;
     const sizes = new Map<string, Size>();
-    for (const item of graph.items) if (item.type !== "expanded") sizes.set(item.key, this.measure(item));
+    for (const item of graph.items) {
+      if (item.type === "expanded") continue;
+      let size = this.measure(item);
+      for (const lines of this.reserve?.(item.key) ?? []) {
+        if (!lines.length) continue;
+        const bold = item.type === "collapsed" || (item.type === "node" && item.node.kind === "root");
+        const r = this.measureLabel(labelOf(item) + "\n" + lines.join("\n"), bold, item.type === "collapsed");
+        size = { width: Math.max(size.width, r.width), height: Math.max(size.height, r.height) };
+      }
+      sizes.set(item.key, size);
+    }
     const started = performance.now();
     const { positions, routes } = await this.engine.layout(graph, (key) => sizes.get(key)!);
     if (generation !== this.generation) return false;
@@ -123,9 +169,7 @@ export class GraphView {
           cutLabel: e.count > 1 ? "✂ ×" + e.count : "✂",
           ...segments,
         },
-        classes: [segments ? (segments.ws ? "routed" : "pinned") : "", e.ghost ? "ghost" : this.whatIfMode ? "wi-tap" : ""]
-          .filter(Boolean)
-          .join(" "),
+        classes: [segments ? (segments.ws ? "routed" : "pinned") : "", e.ghost ? "ghost" : ""].filter(Boolean).join(" "),
       });
     }
     const selected = this.cy.$("node:selected").map((n) => n.id());
@@ -135,7 +179,13 @@ export class GraphView {
       for (const id of selected) this.cy.getElementById(id).select();
     });
     this.shown = graph;
-    if (this.decorations) this.decorate(this.decorations);
+    this.cy.batch(() => {
+      this.cy.elements().forEach((ele) => {
+        ele.scratch("_base", ele.classes().join(" "));
+        ele.scratch("_cls", ele.scratch("_base"));
+      });
+    });
+    this.paint(this.paintState);
     if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
     else if (options.fit) this.fitReadable();
     return true;
@@ -186,12 +236,16 @@ export class GraphView {
   select(key: string | null): void {
     this.cy.batch(() => {
       this.cy.$(":selected").unselect();
-      this.cy.edges(".hl").removeClass("hl");
-      if (!key) return;
-      const n = this.cy.getElementById(key);
-      n.select();
-      n.connectedEdges().addClass("hl");
+      this.hl = new Set();
+      if (key) {
+        const n = this.cy.getElementById(key);
+        n.select();
+        n.connectedEdges().forEach((e) => {
+          this.hl.add(e.id());
+        });
+      }
     });
+    this.paint(this.paintState);
   }
 
   /** Page (client) coordinates to click an element with a real mouse: the centre of a node or
@@ -232,39 +286,70 @@ export class GraphView {
     // A click toggles in what-if mode: Cytoscape must not select what was clicked.
     if (on) this.cy.$(":selected").unselect();
     this.cy.autounselectify(on);
-    this.cy.batch(() => {
-      const edges = this.cy.edges().not(".ghost");
-      if (on) edges.addClass("wi-tap");
-      else edges.removeClass("wi-tap");
-    });
+    this.paint(this.paintState);
   }
 
-  /** Apply what-if classes and labels: styles only, never a re-layout. Elements whose label
-   *  changes get their size re-measured in place (a badge line, a snowflake). */
-  decorate(deco: Decorations): void {
-    this.decorations = deco;
+  /** Pan (no zoom change) so that `key` is well inside the canvas, if it is not already. */
+  ensureVisible(key: string, margin = { side: 30, top: 30, bottom: 40 }): void {
+    const n = this.cy.getElementById(key);
+    if (n.empty()) return;
+    const bb = n.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
+    const w = this.cy.width();
+    const h = this.cy.height();
+    if (bb.x1 >= margin.side && bb.x2 <= w - margin.side && bb.y1 >= margin.top && bb.y2 <= h - margin.bottom) return;
+    this.cy.panBy({ x: w / 2 - (bb.x1 + bb.x2) / 2, y: h / 2 - (bb.y1 + bb.y2) / 2 });
+  }
+
+  /** Node sizes are measured at layout for the widest of these label variants (then stay put). */
+  setReserve(reserve: ((key: string) => string[][] | null) | null): void {
+    this.reserve = reserve;
+  }
+
+  /** Apply classes and labels: styles only, never a re-layout. Each element gets ONE `classes()`
+   *  call, and only when its class string changed; an element whose label changes is re-measured
+   *  in place (a badge line, a snowflake, "data | grad") and never shrinks below its laid-out size. */
+  paint(p: Paint): void {
+    this.paintState = p;
+    const tap = this.whatIfMode ? " wi-tap" : "";
     this.cy.batch(() => {
       this.cy.elements().forEach((ele) => {
         const id = ele.id();
-        const want = deco.classes.get(id) ?? "";
-        const have: string = ele.scratch("_wi") ?? "";
-        if (want !== have) {
-          if (have) ele.removeClass(have);
-          if (want) ele.addClass(want);
-          ele.scratch("_wi", want);
+        const base: string = ele.scratch("_base") ?? "";
+        const extra = p.classes.get(id);
+        const isEdge = ele.group() === "edges";
+        const want = (
+          base + (extra ? " " + extra : "") + (isEdge && !base.includes("ghost") ? tap : "") + (isEdge && this.hl.has(id) ? " hl" : "")
+        ).trim();
+        if (want !== ele.scratch("_cls")) {
+          ele.classes(want);
+          ele.scratch("_cls", want);
         }
-        if (!ele.isNode()) return;
-        const template = deco.labels.get(id);
-        const base: string = ele.data("base");
-        const label = template ? template.replace("{base}", base) : base;
-        if (label === ele.data("label")) return;
-        if (label === base) {
-          ele.data({ label, w: ele.data("bw"), h: ele.data("bh") });
+        if (isEdge) {
+          const el = p.edgeLabels.get(id) ?? "";
+          if (el !== (ele.data("flowLabel") ?? "")) ele.data("flowLabel", el);
+          return;
+        }
+        const template = p.labels.get(id);
+        const baseLabel: string = ele.data("base");
+        const suffix = p.suffixes.get(id);
+        const firstLine = suffix ? baseLabel.replace(/\n|$/, (m) => suffix + m) : baseLabel;
+        const label = template ? template.split("{base}").join(firstLine) : firstLine;
+        const factor = p.sizes.get(id) ?? 1;
+        if (label === ele.data("label") && factor === (ele.scratch("_f") ?? 1)) return;
+        ele.scratch("_f", factor);
+        const bw: number = ele.data("bw");
+        const bh: number = ele.data("bh");
+        if (label === baseLabel) {
+          ele.data({ label, w: bw * factor, h: bh * factor });
           return;
         }
         const kind: string = ele.data("kind");
+        if (kind === "expanded") {
+          ele.data({ label });
+          return;
+        }
         const size = this.measureLabel(label, kind === "collapsed" || kind === "root", kind === "collapsed");
-        ele.data({ label, w: Math.max(size.width, ele.data("bw")), h: Math.max(size.height, ele.data("bh")) });
+        ele.data({ label, w: Math.max(size.width, bw) * factor, h: Math.max(size.height, bh) * factor });
       });
     });
   }

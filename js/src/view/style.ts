@@ -7,6 +7,27 @@ export const FONT_SIZE = 11;
 export const LINE_HEIGHT = 14;
 export const NODE_PAD = { x: 10, y: 7 };
 
+/** Sequential palette (ColorBrewer YlOrRd, 9 classes): small values pale yellow, large dark red. */
+export const HEAT = ["#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026"];
+/** Text colour readable on each palette colour. */
+export const HEAT_TEXT = HEAT.map((_, i) => (i < 5 ? "#1a1a1a" : "#ffffff"));
+/** Fill for an exact zero (off a log scale). */
+export const HEAT_ZERO = "#d9d9d9";
+/** Marks and stepper highlights. */
+export const MARK = { nan: "#d500f9", flag: "#ff8f00", run: "#1565c0", flow: "#1e88e5" };
+
+function heatRules(t: Theme): StylesheetJson {
+  const rules: StylesheetJson = HEAT.map((c, i) => ({
+    selector: `node.heat-${i}`,
+    style: { "background-color": c, color: HEAT_TEXT[i], "background-opacity": 1 },
+  }));
+  rules.push({ selector: "node.heat-zero", style: { "background-color": HEAT_ZERO, color: "#1a1a1a", "background-opacity": 1 } });
+  // Expanded boxes are containers: a coloured outline, not a fill.
+  HEAT.forEach((c, i) => rules.push({ selector: `node.heat-${i}[kind = "expanded"]`, style: { "background-color": t.expandedFill, color: t.brand, "border-color": c, "border-width": 3, "border-opacity": 1 } }));
+  rules.push({ selector: 'node.heat-zero[kind = "expanded"]', style: { "background-color": t.expandedFill, color: t.brand } });
+  return rules;
+}
+
 export function stylesheet(t: Theme): StylesheetJson {
   return [
     {
@@ -130,6 +151,11 @@ export function stylesheet(t: Theme): StylesheetJson {
       selector: "edge.ghost",
       style: { "line-style": "dashed", "line-dash-pattern": [4, 3], "line-color": t.ghost, "target-arrow-color": t.ghost, width: 1, events: "no" },
     },
+    // --- Overlay and stepper colours (one "heat-<bin>" class per element), and overlay marks. ---
+    ...heatRules(t),
+    { selector: "node.ov-no-grad", style: { "border-color": t.danger, "border-style": "dashed", "border-width": 3 } },
+    { selector: "node.ov-nan", style: { "border-color": MARK.nan, "border-style": "solid", "border-width": 3.5 } },
+    { selector: "node.ov-flag", style: { "border-color": MARK.flag, "border-style": "solid", "border-width": 3 } },
     // --- What-if. Order matters: later rules win. ---
     // In what-if mode tensors (edges) take clicks; Cytoscape adds a hit margin around the line.
     { selector: "edge.wi-tap", style: { events: "yes" } },
@@ -175,5 +201,42 @@ export function stylesheet(t: Theme): StylesheetJson {
       },
     },
     { selector: "node:selected", style: { "border-color": t.brand, "border-width": 3, "border-style": "solid" } },
+    // --- Backward stepper: the running node, the boxes around it, the edges carrying gradient now
+    // (the arrow turned round: gradient flows from the consumer back to the producer). ---
+    { selector: "node.st-bad", style: { "background-color": MARK.nan, color: "#ffffff", "border-color": MARK.nan, "border-width": 3 } },
+    {
+      selector: "node.st-run",
+      style: {
+        "border-color": MARK.run,
+        "border-width": 5,
+        "border-style": "solid",
+        "border-opacity": 1,
+        "underlay-color": MARK.run,
+        "underlay-padding": 7,
+        "underlay-opacity": 0.28,
+        "font-weight": "bold",
+      } as Record<string, unknown>,
+    },
+    { selector: "node.st-runbox", style: { "border-color": MARK.run, "border-width": 3, "border-opacity": 1, "border-style": "solid", color: MARK.run } },
+    {
+      selector: "edge.st-flow",
+      style: {
+        "line-color": MARK.flow,
+        "source-arrow-color": MARK.flow,
+        "source-arrow-shape": "triangle",
+        "target-arrow-shape": "none",
+        "arrow-scale": 1.3,
+        width: 4,
+        "line-style": "solid",
+        label: "data(flowLabel)",
+        color: MARK.run,
+        "font-size": 12,
+        "font-weight": "bold",
+        "text-background-opacity": 1,
+        "text-background-padding": "2px",
+        "min-zoomed-font-size": 4,
+        "z-index": 10,
+      },
+    },
   ];
 }
