@@ -178,6 +178,86 @@ print("adapters in the graph:", sorted(n for n in cut.leaves() if "lora_" in n))
 gv.GraphWidget(cut, height=520)"""),
 ]
 
+SHARE_AND_COMPARE = [
+    ("md", """# Share and compare
+
+Debugging is often done together: paste a graph into a bug report, compare a model before and after a
+change. This notebook exports a graph (an HTML page that stays interactive without a kernel, images, data),
+diffs a model before and after LoRA adapters and before and after activation checkpointing, and shows the
+memory each node holds for backward."""),
+    ("code", """import json, pathlib, tempfile
+import networkx as nx
+import torch
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+
+out = pathlib.Path(tempfile.mkdtemp(prefix="gradviz_share_"))
+
+
+def traced(checkpoint=None, lora=False):
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config.small_test(checkpoint=checkpoint))
+    if lora:
+        add_lora(model, freeze_base=False)
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model, batch=2)
+    return gv.trace(loss, model=model, capture=cap)
+
+
+plain = traced()
+print(plain)"""),
+    ("md", """## 1. Export
+
+`gv.export_html` (or `widget.save_html`) writes **one** file: the front end, the graph and the view's state
+(open boxes, toggles, overlays). Open it from disk in any browser, no kernel and no network: boxes open and
+close, details show, what-if toggles answer. `widget.save_png` / `save_svg` render the same page in headless
+Chromium (needs `apt-get install -y chromium`)."""),
+    ("code", """page = gv.export_html(plain, out / "gpt2_small.html", title="GPT-2 (small test config)")
+print(page, f"{page.stat().st_size / 1e6:.1f} MB")"""),
+    ("md", """The graph as data: JSON that round-trips exactly, GraphML for NetworkX/Gephi/yEd (lists become JSON
+text), DOT for Graphviz."""),
+    ("code", """text = plain.to_json()
+again = gv.AutogradGraph.from_json(text)
+assert list(again.nx.nodes(data=True)) == list(plain.nx.nodes(data=True)) and again.nx.graph == plain.nx.graph
+plain.to_graphml(out / "gpt2_small.graphml")
+h = nx.read_graphml(out / "gpt2_small.graphml")
+print(len(text), "characters of JSON;", h.number_of_nodes(), "nodes read back from GraphML")
+print(plain.to_dot()[:300], "...")"""),
+    ("md", """## 2. Before and after LoRA adapters
+
+`gv.diff(before, after)` matches leaves by parameter name (a wrapped `c_attn` whose weight is now
+`c_attn.base.weight` is recognised) and ops by module path, op and occurrence. Exactly the adapter weights
+are new, and each gets a gradient path."""),
+    ("code", """lora = traced(lora=True)
+d = gv.diff(plain, lora)
+print(d.summary())
+assert d.added_leaves == sorted(n for n in lora.leaves() if "lora_" in n)"""),
+    ("md", """The diff view: the "after" graph plus what was removed, every node with a status (added, removed,
+changed, same) in the widget's `diff` trait (the page's colours for it are on the way; the data is here)."""),
+    ("code", """view = gv.GraphWidget(d.merged(), diff=d.to_payload(), height=520)
+view.expanded = ["blocks.0", "blocks.0.attn", "blocks.0.attn.c_attn"]
+print({status: list(d.to_payload()["status"].values()).count(status) for status in ("added", "changed", "same")})
+view"""),
+    ("md", """## 3. Before and after activation checkpointing
+
+Non-reentrant checkpointing keeps the graph's structure, but its saved activations are packed away and
+recomputed during backward: the diff shows the memory moved out. Reentrant checkpointing hides each block
+behind one opaque `CheckpointFunctionBackward` node."""),
+    ("code", """for mode in ("non_reentrant", "reentrant"):
+    print(f"--- checkpoint={mode}")
+    print(gv.diff(plain, traced(checkpoint=mode)).summary())
+    print()"""),
+    ("md", """## 4. Memory held for backward
+
+Per node, the bytes of the tensors it saved for backward, read from the graph's metadata without unpacking
+anything; tensors sharing storage are counted once, parameters the model holds anyway are reported apart."""),
+    ("code", """mem = gv.memory_held(plain)
+print(mem.table(8))
+print({call: total for call, total in mem.per_call.items() if call.count(".") == 1})"""),
+    ("code", """gv.GraphWidget(plain, overlay=mem.to_overlay("size"), height=480)"""),
+]
+
 if __name__ == "__main__":
     write("01_tour.ipynb", TOUR)
     write("02_what_if.ipynb", WHAT_IF)
+    write("05_share_and_compare.ipynb", SHARE_AND_COMPARE)

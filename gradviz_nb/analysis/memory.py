@@ -65,12 +65,16 @@ class MemoryReport:
 
     def table(self, k: int = 10) -> str:
         """A plain-text table of the top holders and the totals."""
-        rows = [f"{'bytes':>10}  {'op':<28} {'module call':<28} saved", "-" * 80]
+        top = self.top(k)
+        w_op = max([len("op"), *(len(h.op) for h in top)])
+        w_call = max([len("(top level)"), *(len(h.call) for h in top)])
+        rule = "-" * (10 + w_op + w_call + 24)
+        rows = [f"{'bytes':>10}  {'op':<{w_op}}  {'module call':<{w_call}}  saved", rule]
         rows += [
-            f"{format_bytes(h.bytes):>10}  {h.op:<28} {h.call or '(top level)':<28} {', '.join(h.tensors)}"
-            for h in self.top(k)
+            f"{format_bytes(h.bytes):>10}  {h.op:<{w_op}}  {h.call or '(top level)':<{w_call}}  {', '.join(h.tensors)}"
+            for h in top
         ]
-        return "\n".join([*rows, "-" * 80, self.summary()])
+        return "\n".join([*rows, rule, self.summary()])
 
     def summary(self) -> str:
         text = (
