@@ -9,6 +9,7 @@ for small gradients and for leaves. By default the user's ``.grad`` are put back
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,18 +70,24 @@ class Step:
 class _Pending:
     """Per-gradient statistics as one stacked tensor; converted to floats once, after the pass."""
 
-    def __init__(self, t: torch.Tensor, keep: bool) -> None:
+    def __init__(self, t: torch.Tensor, keep: bool, copy: bool = True) -> None:
         g = t.detach()
-        flat = g.reshape(-1)
-        if flat.numel() == 0:
+        n = g.numel()
+        if n == 0:
             self.stats = torch.zeros(4)
         else:
-            lo, hi = torch.aminmax(flat)
-            f = flat.float()
-            self.stats = torch.stack([torch.linalg.vector_norm(f), f.mean(), torch.maximum(-lo, hi).float(),
-                                      (~torch.isfinite(f.sum())).float()])
+            # Reductions straight on the tensor: gradients are often expanded or transposed views, and
+            # flattening them would copy (that copy alone cost more than the backward).
+            # Measured on GPT-2's gradients: amax and amin are ~5x faster than aminmax, abs().max() or the
+            # inf-norm on the transposed views autograd produces.
+            total = g.sum()
+            max_abs = torch.maximum(g.amax(), -g.amin())
+            self.stats = torch.stack([torch.linalg.vector_norm(g), total / n, max_abs,
+                                      (~torch.isfinite(total)).to(g.dtype)]).float()
         self.shape = list(g.shape)
-        self.value = g.clone() if keep or g.numel() <= SMALL else None
+        # A leaf's incoming gradient is kept by reference (it costs what .grad would) unless later
+        # passes may add into it in place (accumulate=True).
+        self.value = (g.clone() if copy else g) if keep or g.numel() <= SMALL else None
 
     def resolve(self, numbers: list[float]) -> GradStats:
         norm, mean, max_abs, bad = numbers
@@ -118,6 +125,10 @@ class BackwardRecording:
         """The gradient a leaf (by name or id) received in one pass (default: the last)."""
         node = self.graph.find(name)
         grads = self._leaf_grads[pass_index]
+        if node not in grads and self.graph.nx.nodes[node]["kind"] == "leaf" and any(
+            s.node == node for s in self.pass_steps(pass_index)
+        ):
+            raise GradvizError(f"{name!r}: leaf values were not kept; record with keep_leaf_values=True.")
         if node not in grads:
             raise GradvizError(f"{name!r} received no gradient in pass {pass_index} (pruned, or not a leaf).")
         return grads[node]
@@ -202,17 +213,23 @@ def record_backward(
                  for fn, n in nodes.items()}
     if pass_index == 0:
         rec.values, rec.exponents = _forward_values(graph, nodes)
+    _track = _Tracker()
+    one_slot = {n for n in graph.nx if sum(len(s) for _, _, s in graph.nx.out_edges(n, data="slots")) == 1}
     running: dict[str, _PendingStep] = {}  # each node runs at most once per pass
     order: list[_PendingStep] = []
     leaf_grads: dict[str, torch.Tensor] = {}
 
     def pre(node_id: str, op: str) -> Any:
         def hook(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            is_leaf = node_id in leaf_tensors
             step = Step(len(rec.steps) + len(order), pass_index, node_id, op, [], [], [])
-            p = _PendingStep(step, [_track(g, keep_values or is_leaf) for g in grad_outputs])
-            if is_leaf:
-                p.before = _track(leaf_tensors[node_id].grad, keep_leaf_values)
+            if node_id in leaf_tensors:
+                reuse = node_id in one_slot
+                received = [_track(g, keep_leaf_values, copy=accumulate, reuse=reuse) for g in grad_outputs]
+                p = _PendingStep(step, received)
+                if accumulate:  # .grad is about to change in place: fresh statistics, a copy of the values
+                    p.before = _track(leaf_tensors[node_id].grad, keep_leaf_values)
+            else:
+                p = _PendingStep(step, [_track(g, keep_values, reuse=node_id in one_slot) for g in grad_outputs])
             running[node_id] = p
             order.append(p)
         return hook
@@ -225,9 +242,11 @@ def record_backward(
                 if g is not None and producer is not None:
                     p.step.deliveries.append(Delivery(producer[0], producer[1], input_nr))
             if node_id in leaf_tensors:
-                if grad_outputs and grad_outputs[0] is not None:
-                    leaf_grads[node_id] = grad_outputs[0].detach().clone()
-                p.after = _track(leaf_tensors[node_id].grad, keep_leaf_values)
+                received = p.outs[0] if p.outs else None
+                if received is not None and received.value is not None:
+                    leaf_grads[node_id] = received.value
+                # Without accumulate the slot was empty, so .grad is exactly what arrived: no copy.
+                p.after = _track(leaf_tensors[node_id].grad, keep_leaf_values) if accumulate else received
         return hook
 
     handles = []
@@ -248,8 +267,25 @@ def record_backward(
     return rec
 
 
-def _track(t: torch.Tensor | None, keep: bool) -> _Pending | None:
-    return _Pending(t, keep) if isinstance(t, torch.Tensor) else None
+class _Tracker:
+    """Statistics once per gradient tensor where that is safe: what a node sends into a producer's
+    buffer that has *one* incoming slot is the very tensor the producer receives next, unmodified (with
+    several slots the engine may sum into it in place). Identity is checked through a weak reference."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[weakref.ref[torch.Tensor], _Pending]] = {}
+
+    def __call__(self, t: torch.Tensor | None, keep: bool, copy: bool = True, reuse: bool = False) -> _Pending | None:
+        if not isinstance(t, torch.Tensor):
+            return None
+        ref, pending = self._seen.get(id(t), (None, None)) if reuse else (None, None)
+        if ref is not None and pending is not None and ref() is t:
+            if keep and pending.value is None:
+                pending.value = t.detach().clone() if copy else t.detach()
+            return pending
+        pending = _Pending(t, keep, copy)
+        self._seen[id(t)] = (weakref.ref(t), pending)
+        return pending
 
 
 def _resolve(order: list[_PendingStep]) -> None:
