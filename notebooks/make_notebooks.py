@@ -257,7 +257,69 @@ print({call: total for call, total in mem.per_call.items() if call.count(".") ==
     ("code", """gv.GraphWidget(plain, overlay=mem.to_overlay("size"), height=480)"""),
 ]
 
+STEP_BY_STEP = [
+    ("md", """# Backprop, step by step
+
+`gv.record_backward(loss)` runs the **real** `loss.backward()` with a hook on every autograd node and records,
+in the order PyTorch's engine runs them, what each node received and what it sent on. Your `.grad` are left
+exactly as they were. Give the recording to `GraphWidget` and press **Step** (or use the arrow keys): the
+running node lights up, gradients travel back along the edges, and the panel shows the local derivative rule
+with the numbers PyTorch used."""),
+    ("code", """import torch
+import gradviz_nb as gv
+from gradviz_nb.demo_models import MLP"""),
+    ("md", """## 1. A scalar example, micrograd style
+
+`gv.capture()` (no model needed) keeps the forward value of every small tensor, so each node can show
+*value | grad*."""),
+    ("code", """a = torch.tensor(2.0, requires_grad=True)
+b = torch.tensor(-3.0, requires_grad=True)
+c = torch.tensor(10.0, requires_grad=True)
+with gv.capture() as cap:
+    e = a * b
+    d = e + c
+    L = torch.tanh(d * 0.25)
+rec = gv.record_backward(L, capture=cap, names={"a": a, "b": b, "c": c})
+for step in rec.steps:
+    print(f"{step.op:16s}", " | ".join(rec.explain(step)[1:]) or "(leaf: accumulates into .grad)")"""),
+    ("md", """Every number above is PyTorch's: the gradient a node received, the forward values it saved, and the
+gradient it sent. Check the leaves against `torch.autograd.grad`:"""),
+    ("code", """print({name: rec.leaf_grad(name).item() for name in "abc"})
+print(dict(zip("abc", (g.item() for g in torch.autograd.grad(L, [a, b, c], retain_graph=True)))))
+assert a.grad is None  # recording did not touch .grad"""),
+    ("code", """stepper = gv.GraphWidget(rec, height=460)
+stepper.step = 2   # the cursor is a synced trait: set it here, or press Step in the widget
+stepper"""),
+    ("md", """## 2. A two-layer MLP
+
+`fc1.weight` is used once, but `x` feeds several rows: watch the **contributions** counter on a leaf used
+by more than one consumer, and how the engine sums them before the leaf's accumulation runs."""),
+    ("code", """torch.manual_seed(0)
+mlp = MLP(d_in=3, d_hidden=4, d_out=2)
+x = torch.randn(2, 3, requires_grad=True)
+with gv.capture(mlp) as cap:
+    loss = mlp(x).pow(2).mean() + (x * x).sum() * 0.1
+mlp_rec = gv.record_backward(loss, model=mlp, capture=cap, names={"x": x})
+x_id = mlp_rec.graph.find("x")
+into_x = [(s.op, d.input_nr) for s in mlp_rec.steps for d in s.deliveries if d.target == x_id]
+print("contributions into x:", into_x)
+gv.GraphWidget(mlp_rec, height=520)"""),
+    ("md", """## 3. The stale-gradient bug
+
+Two backward passes without `zero_grad()`: the second **adds** to the first. `accumulate=True` really
+writes `.grad`, so the recording shows `.grad` going from pass 1 to pass 1+2."""),
+    ("code", """w = torch.zeros(2, requires_grad=True)
+steps = gv.record_backward((w * torch.tensor([0.5, -0.3])).sum(), names={"w": w}, accumulate=True)
+gv.record_backward((w * torch.tensor([0.1, 0.2])).sum(), names={"w": w}, accumulate=True, into=steps)
+leaf = next(s for s in steps.pass_steps(1) if s.node == steps.graph.find("w"))
+print("pass 1 sent:", steps.leaf_grad("w", 0).tolist(), " pass 2 sent:", steps.leaf_grad("w", 1).tolist())
+print(".grad before pass 2:", leaf.leaf_before.value.tolist(), " after:", leaf.leaf_after.value.tolist())
+print("w.grad now:", w.grad.tolist(), "<- stale: should have been zeroed between the steps")
+gv.GraphWidget(steps, height=360)"""),
+]
+
 if __name__ == "__main__":
     write("01_tour.ipynb", TOUR)
     write("02_what_if.ipynb", WHAT_IF)
+    write("03_backprop_step_by_step.ipynb", STEP_BY_STEP)
     write("05_share_and_compare.ipynb", SHARE_AND_COMPARE)
