@@ -83,7 +83,9 @@ def trace_with_nodes(
     graph.graph["modules"] = _module_tree(model)
     graph.graph["torch_version"] = torch.__version__
     graph.graph["captured"] = bool(graph.graph["calls"])
-    notes = [] if graph.graph["captured"] else [_no_boxes_note(captures)]
+    # A capture without a model (a teaching example) asked for values, not boxes: no note then.
+    modelless = capture is not None and capture.model is None
+    notes = [] if graph.graph["captured"] or modelless else [_no_boxes_note(captures)]
     if any(r.op == "CompiledFunctionBackward" for r in raw):
         notes.append(COMPILED_NOTE)
     graph.graph["notes"] = notes
