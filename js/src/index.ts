@@ -539,7 +539,8 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     if (!["BUTTON", "INPUT", "SELECT", "TEXTAREA", "OPTION"].includes(tag)) root.focus({ preventScroll: true });
   };
   root.addEventListener("keydown", onKey);
-  root.addEventListener("pointerdown", onPointerDown, { capture: true });
+  // Cytoscape blurs the focused element on mousedown: take the focus when the button comes up.
+  root.addEventListener("pointerup", onPointerDown, { capture: true });
 
   function userToggle(next: Toggles): void {
     const started = performance.now();
@@ -602,6 +603,8 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   model.on("change:overlay", onOverlay);
   model.on("change:recording", onRecording);
   model.on("change:step", onStep);
+  const hideTooltip = (): void => tooltip.hide();
+  canvas.addEventListener("mouseleave", hideTooltip);
   const resizeObserver = new ResizeObserver(() => view.resize());
   resizeObserver.observe(body);
 
@@ -672,7 +675,8 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     model.off("change:step", onStep);
     if (timer) clearInterval(timer);
     root.removeEventListener("keydown", onKey);
-    root.removeEventListener("pointerdown", onPointerDown, { capture: true });
+    root.removeEventListener("pointerup", onPointerDown, { capture: true });
+    canvas.removeEventListener("mouseleave", hideTooltip);
     resizeObserver.disconnect();
     view.destroy();
     root.remove();

@@ -87,6 +87,10 @@ export function stylesheet(t: Theme): StylesheetJson {
         color: t.brand,
         "text-events": "yes",
         "min-zoomed-font-size": 4,
+        // A compound's size follows its children: constants here keep Cytoscape from re-applying
+        // the mapped data(w) / data(h) of every node on each restyle of a box.
+        width: 1,
+        height: 1,
       },
     },
     {
@@ -97,7 +101,7 @@ export function stylesheet(t: Theme): StylesheetJson {
     {
       selector: "edge",
       style: {
-        width: "mapData(count, 1, 8, 1.2, 4.5)",
+        width: 1.2,
         "line-color": t.edge,
         "target-arrow-color": t.edge,
         "target-arrow-shape": "triangle",
@@ -114,7 +118,11 @@ export function stylesheet(t: Theme): StylesheetJson {
         events: "no",
       },
     },
-    { selector: "edge[count > 1]", style: { label: "data(countLabel)" } },
+    // Thicker for more tensors: plain values per range, not a per-element mapping (mapped properties
+    // are re-applied, with Cytoscape's cache invalidation, whenever an element is restyled).
+    { selector: "edge[count > 1]", style: { label: "data(countLabel)", width: 2 } },
+    { selector: "edge[count > 3]", style: { width: 3 } },
+    { selector: "edge[count > 7]", style: { width: 4.5 } },
     {
       // Follow ELK's orthogonal routes instead of cutting straight through other nodes.
       selector: "edge.routed",

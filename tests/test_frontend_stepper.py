@@ -1,0 +1,268 @@
+"""Backward stepper and overlay in the built bundle, in a blank headless Chromium page with a fake
+anywidget model (as test_frontend_whatif.py).
+
+Fixtures (``tests/fixtures/make_recordings.py``) are real recordings: ``recording_scalar.json``
+(``L = tanh(a * b + a)``, a = 2, b = 3) and ``recording_mlp.json`` (Linear 3->2, ReLU, Linear 2->1, MSE,
+two passes accumulating into ``.grad``). Screenshots go to build/screenshots/stepper.png and overlay.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SCREENSHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+HARNESS = """
+async ([source, state]) => {
+  const listeners = {};
+  const model = {
+    state, saves: 0, sent: [],
+    get: (k) => model.state[k],
+    set(k, v) {
+      if (JSON.stringify(model.state[k]) === JSON.stringify(v)) return;
+      model.state[k] = v;
+      for (const f of listeners["change:" + k] || []) f();
+    },
+    on(ev, f) { (listeners[ev] ||= []).push(f); },
+    off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
+    save_changes() { model.saves++; },
+    send(msg) { model.sent.push(msg); },
+    listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
+  };
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const mod = await import(url);
+  const el = document.getElementById("host");
+  const cleanup = await mod.default.render({ model, el });
+  window.gv = { model, el, cleanup, hook: el.querySelector(".gradviz-root").__gradviz };
+  await window.gv.hook.idle();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not BUNDLE.exists():
+        pytest.skip("bundle not built: cd js && npm ci && npm run build")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return data
+
+
+class Page:
+    def __init__(self, browser: Any, tmp_path: Path, data: dict[str, Any], **traits: Any) -> None:
+        self.errors: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1040, "height": 900})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        html = tmp_path / "index.html"
+        html.write_text(
+            '<!doctype html><html><body style="margin:10px"><div id="host" style="width:1000px"></div></body></html>'
+        )
+        self.page.goto(html.as_uri())
+        state = {
+            "graph_data": data["graph"],
+            "expanded": [],
+            "selected": "",
+            "height": 560,
+            "toggles": {"detach": [], "freeze": []},
+            "verified": {},
+            "can_verify": False,
+            "overlay": {},
+            "recording": data.get("recording", {}),
+            "step": -1,
+            **traits,
+        }
+        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
+
+    def js(self, expr: str, arg: Any = None) -> Any:
+        return self.page.evaluate(expr, arg)
+
+    def text(self, testid: str) -> str:
+        return str(self.page.locator(f"[data-testid={testid}]").inner_text())
+
+    def label(self, key: str) -> str:
+        return str(self.js("(k) => gv.hook.cy.$id(k).data('label')", key))
+
+    def classes(self, key: str) -> list[str]:
+        return list(self.js("(k) => gv.hook.cy.$id(k).classes()", key))
+
+    def info(self) -> dict[str, Any]:
+        info: dict[str, Any] = self.js("() => gv.hook.stepInfo()")
+        return info
+
+    def positions(self) -> dict[str, Any]:
+        return dict(self.js("() => Object.fromEntries(gv.hook.cy.nodes().map((n) => [n.id(), n.position()]))"))
+
+
+def test_scalar_stepper_steps_values_contributions_and_keys(browser: Any, tmp_path: Path) -> None:
+    p = Page(browser, tmp_path, fixture("recording_scalar.json"), height=640)
+    assert p.page.locator("[data-testid=gradviz-stepper]").is_visible()
+    assert p.page.locator("[data-testid=gradviz-step-pass]").is_hidden()  # one pass
+    assert "before the backward pass (5 steps)" in p.text("gradviz-step-position")
+    assert p.label("n:n2").endswith("data 2 | grad ?\n0 of 2 contributions")
+    before = p.positions()
+
+    # Step 1: Tanh runs; it sends its gradient to Add along the edge Add -> Tanh.
+    p.page.click("[data-testid=gradviz-step-forward]")
+    assert p.js("() => gv.model.state.step") == 0 and p.js("() => gv.model.saves") >= 1
+    assert p.info()["node"] == "n0" and "st-run" in p.classes("n:n0")
+    flow = p.info()["flowEdges"]
+    assert len(flow) == 1 and p.js("(k) => [gv.hook.cy.$id(k).source().id(), gv.hook.cy.$id(k).target().id()]", flow[0]) == [
+        "n:n1",
+        "n:n0",
+    ]
+    assert p.js("(k) => gv.hook.cy.$id(k).data('flowLabel')", flow[0]) == "∇ 4.77e-7"
+    assert p.label("n:n0").endswith("data 1 | grad 1")
+    assert "grad_a = grad_out * (1 - t²)" in p.text("gradviz-step-explain")
+    assert "step 1 of 5: Tanh" in p.text("gradviz-step-position")
+    assert any(c.startswith("heat-") for c in p.classes("n:n0"))
+    assert not any(c.startswith("heat-") for c in p.classes("n:n3"))  # not run yet: neutral
+
+    # Keyboard (the widget has focus after a click on it): → twice: Add, then Mul.
+    p.page.click("[data-testid=gradviz-canvas]", position={"x": 5, "y": 5})
+    p.page.keyboard.press("ArrowRight")
+    assert p.info()["node"] == "n1"
+    assert "a: 1 of 2 contributions received" in p.text("gradviz-step-pending")
+    assert p.label("n:n2").endswith("grad Σ 4.77e-7 …\n1 of 2 contributions")
+    p.page.keyboard.press("ArrowRight")
+    assert p.info()["node"] == "n3"
+    assert p.label("n:n2").endswith("2 of 2 contributions ✓")
+    details = p.text("gradviz-step-details")
+    assert "Mul · MulBackward0" in details and "input 1 → b" in details and "9.54e-7" in details
+    p.page.keyboard.press("ArrowLeft")
+    assert p.info()["node"] == "n1"
+
+    # Scrubber to the end: a ran (2 contributions summed into .grad), then b.
+    p.page.locator("[data-testid=gradviz-step-scrubber]").fill("3")
+    assert p.info()["node"] == "n2" and p.js("() => gv.model.state.step") == 3
+    details = p.text("gradviz-step-details")
+    assert "sum of 2 contributions" in details and ".grad before" in details and "None" in details
+    assert p.label("n:n2").startswith("a\nscalar\ndata 2 | grad 1.91e-6")
+
+    # Click a node while stepping: jump to its step.
+    p.js("() => gv.hook.stepTo(-1)")
+    pt = p.js("() => gv.hook.nodePoint('n3')")
+    p.page.mouse.click(pt["x"], pt["y"])
+    assert p.info()["node"] == "n3" and p.js("() => gv.model.state.step") == 2
+
+    # Python moves the cursor: the page follows without saving back.
+    saves = p.js("() => gv.model.saves")
+    p.js("() => gv.model.set('step', 4)")
+    assert p.info()["node"] == "n4" and p.js("() => gv.model.saves") == saves
+
+    # Play runs to the end and stops; Space toggles.
+    p.js("() => gv.hook.stepTo(-1)")
+    p.page.select_option("[data-testid=gradviz-step-speed]", "8")
+    p.page.click("[data-testid=gradviz-canvas]", position={"x": 5, "y": 5})
+    p.page.keyboard.press("Space")
+    assert p.info()["playing"] is True
+    p.page.wait_for_function("() => !gv.hook.stepInfo().playing", timeout=5000)
+    assert p.js("() => gv.hook.currentStep()") == 4
+    # Styles only: nothing moved while stepping.
+    assert p.positions() == before
+    assert p.js("() => gv.hook.lastStepMs()") < 100
+    p.js("() => gv.hook.stepTo(2)")
+    p.page.click("[data-testid=gradviz-fit]")
+    print(f"\nstep -> styles applied: {p.js('() => gv.hook.lastStepMs()'):.1f} ms (6 nodes)")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "stepper.png"))
+    assert p.errors == []
+
+
+def test_mlp_two_passes_modules_and_pass_selector(browser: Any, tmp_path: Path) -> None:
+    data = fixture("recording_mlp.json")
+    steps = data["recording"]["steps"]
+    p = Page(browser, tmp_path, data)
+    assert p.page.locator("[data-testid=gradviz-step-pass]").is_visible()
+    # All boxes closed: the box of the second Linear lights up while its Addmm runs.
+    p.js("() => gv.hook.stepTo(1)")
+    assert "st-run" in p.classes("c:2")
+    assert "pass 1 of 2 · step 2 of 10" in p.text("gradviz-step-position")
+    # By module: the next step leaves box "2" (ReLU's box, step 5).
+    p.page.check("[data-testid=gradviz-step-bymodule]")
+    p.page.click("[data-testid=gradviz-step-forward]")
+    assert p.js("() => gv.hook.currentStep()") == 5 and "st-run" in p.classes("c:1")
+    # Pass 2: 2.bias's .grad goes from pass 1's value to the sum of both passes.
+    p.page.select_option("[data-testid=gradviz-step-pass]", "1")
+    assert p.js("() => gv.hook.currentStep()") == 10 and p.info()["pass"] == 1
+    p.js("() => gv.hook.expand('2')")
+    bias = next(i for i, s in enumerate(steps) if s["node"] == "n9" and s["pass"] == 1)
+    p.js("(i) => gv.hook.stepTo(i)", bias)
+    details = p.text("gradviz-step-details")
+    assert "pass 2 of 2" in details and "after = before + received" in details
+    assert "-1.368" in details and "-2.736" in details
+    assert p.label("n:n9").endswith("grad -2.736")
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(tmp_path / "mlp.png"))
+    assert p.errors == []
+
+
+def test_overlay_colours_marks_legend_and_tooltip(browser: Any, tmp_path: Path) -> None:
+    data = fixture("recording_mlp.json")
+    overlay = {
+        "title": "gradient L2 norm",
+        "values": {"n7": 0.45, "n8": 0.2, "n3": 0.65, "n9": 1.37, "n1": 1.4, "n5": 0.3, "n4": 0.7, "n0": 1.0},
+        "scale": "log",
+        "encoding": "color",
+        "marks": {"n8": "no-grad", "n7": "nan", "n3": "flag"},
+        "unit": "",
+    }
+    p = Page(browser, tmp_path, {"graph": data["graph"]}, overlay=overlay, expanded=["0", "1", "2"])
+    assert p.page.locator("[data-testid=gradviz-stepper]").is_hidden()
+    assert p.text("gradviz-legend-title") == "gradient L2 norm"
+    assert p.text("gradviz-legend-min") == "0.2" and p.text("gradviz-legend-max") == "1.4"
+    assert "heat-0" in p.classes("n:n8") and "heat-8" in p.classes("n:n1")
+    assert "ov-no-grad" in p.classes("n:n8") and p.label("n:n8").startswith("0.bias ⊘")
+    assert "ov-nan" in p.classes("n:n7") and "ov-flag" in p.classes("n:n3")
+    legend = p.text("gradviz-legend")
+    assert "no gradient" in legend and "NaN / Inf" in legend and "flagged" in legend
+    # Tooltip with the value.
+    pt = p.js("() => gv.hook.nodePoint('n9')")
+    p.page.mouse.move(pt["x"], pt["y"])
+    p.page.wait_for_selector("[data-testid=gradviz-tooltip]:not([hidden])")
+    assert p.text("gradviz-tooltip") == "gradient L2 norm: 1.37"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.mouse.move(5, 5)
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "overlay.png"))
+    # Collapsed: a box shows its "call:" value if given, else the max of its members; worst mark.
+    p.js("() => gv.hook.collapse('0')")
+    assert p.js("() => gv.hook.overlayOf('c:0')") == {"value": 0.45, "mark": "nan", "text": "gradient L2 norm: 0.45 · NaN / Inf"}
+    # Memory overlay: bytes, size encoding; then {} removes it.
+    mem = {"title": "saved for backward", "values": {"n1": 2048, "n5": 100}, "scale": "linear", "encoding": "size",
+           "marks": {}, "unit": "B"}
+    p.js("(o) => gv.model.set('overlay', o)", mem)
+    assert p.text("gradviz-legend-max") == "2 KiB"
+    assert p.js("() => gv.hook.cy.$id('n:n1').data('w')") > p.js("() => gv.hook.cy.$id('n:n1').data('bw')")
+    p.js("() => gv.model.set('overlay', {})")
+    assert p.page.locator("[data-testid=gradviz-legend]").is_hidden()
+    assert not any(c.startswith(("heat-", "ov-")) for c in p.classes("c:0") + p.classes("n:n9"))
+    assert p.errors == []
