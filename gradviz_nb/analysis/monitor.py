@@ -134,7 +134,10 @@ class GradientMonitor:
             grads = [g for i in present if (g := self._params[i].grad) is not None]
             weights = [self._params[i].detach() for i in present]
             norms = torch.stack(torch._foreach_norm(grads, 2)).float().cpu()
-            maxes = torch.stack(torch._foreach_norm(grads, float("inf"))).float().cpu()
+            # aminmax per tensor is ~5x faster on CPU than _foreach_norm(ord=inf), which is not fused there
+            extremes = [torch.aminmax(g) if g.numel() else (g.new_zeros(()), g.new_zeros(())) for g in grads]
+            maxes = torch.maximum(torch.stack([e[1] for e in extremes]), -torch.stack([e[0] for e in extremes]))
+            maxes = maxes.float().cpu()
             wnorms = torch.stack(torch._foreach_norm(weights, 2)).float().cpu()
             with_grad.index_add_(0, idx, torch.ones(len(present)))
             out[:, 0] = torch.zeros(n_layers).index_add_(0, idx, norms**2).sqrt()
