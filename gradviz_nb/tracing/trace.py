@@ -309,9 +309,10 @@ def _name_calls(g: nx.DiGraph, extra: list[ModuleCall | None]) -> dict[int, str]
 def _module_tree(model: nn.Module | None) -> dict[str, dict[str, Any]]:
     if model is None:
         return {}
+    # Direct `_parameters` reads: named_parameters() per module costs a generator walk each.
     return {
-        path: {"type": type(m).__name__, "parameters": [f"{path}.{n}" if path else n for n, _ in
-                                                         m.named_parameters(recurse=False)]}
+        path: {"type": type(m).__name__, "parameters": [f"{path}.{n}" if path else n
+                                                         for n, p in m._parameters.items() if p is not None]}
         for path, m in model.named_modules()
     }
 

@@ -9,7 +9,6 @@ from typing import Any
 import torch
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
-_NO_SAVED: tuple[str, ...] = ()
 
 
 @dataclass
@@ -42,8 +41,14 @@ def short_op(op: str) -> str:
     return _BACKWARD_SUFFIX.sub("", op) or op
 
 
+_dtype_names: dict[torch.dtype, str] = {}
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype).removeprefix("torch.")
+    return name
 
 
 def _outputs_of(node: Any) -> list[tuple[list[int] | None, str]]:
@@ -53,10 +58,11 @@ def _outputs_of(node: Any) -> list[tuple[list[int] | None, str]]:
         return []
 
 
-_saved_names_by_op: dict[str, tuple[str, ...]] = {}
+# op -> (name, sizes attribute, raw attribute) per saved tensor; dir() and f-strings once per op
+_saved_attrs_by_op: dict[str, tuple[tuple[str, str, str], ...]] = {}
 
 
-def _saved_of(node: Any, op: str, storages: dict[tuple[str, int], int] | None = None) -> list[dict[str, Any]]:
+def _saved_of(node: Any, op: str, storages: dict[tuple[Any, int], int] | None = None) -> list[dict[str, Any]]:
     """Tensors saved for backward, read as raw handles: nothing is unpacked or recomputed.
 
     Each entry has ``name``, ``shape``, ``dtype`` and, for memory estimates, ``bytes`` (the tensor's own
@@ -66,22 +72,22 @@ def _saved_of(node: Any, op: str, storages: dict[tuple[str, int], int] | None = 
     something else instead, and ``None`` when no tensor is there (an unused optional input, or backward
     already freed it).
     """
-    names = _saved_names_by_op.get(op)
-    if names is None:
-        names = tuple(a.removeprefix("_raw_saved_") for a in dir(node) if a.startswith("_raw_saved_"))
-        _saved_names_by_op[op] = names or _NO_SAVED
+    attrs = _saved_attrs_by_op.get(op)
+    if attrs is None:
+        names = [a.removeprefix("_raw_saved_") for a in dir(node) if a.startswith("_raw_saved_")]
+        attrs = _saved_attrs_by_op[op] = tuple((n, f"_saved_{n}_sym_sizes", f"_raw_saved_{n}") for n in names)
     saved = []
-    for name in names:
-        sizes = getattr(node, f"_saved_{name}_sym_sizes", None)
+    for name, sizes_attr, raw_attr in attrs:
+        sizes = getattr(node, sizes_attr, None)
         shape = [int(s) for s in sizes] if isinstance(sizes, (tuple, list)) else None
         entry: dict[str, Any] = {"name": name, "shape": shape, "dtype": ""}
         if storages is not None:
-            _saved_memory(getattr(node, f"_raw_saved_{name}", None), entry, storages)
+            _saved_memory(getattr(node, raw_attr, None), entry, storages)
         saved.append(entry)
     return saved
 
 
-def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[str, int], int]) -> None:
+def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[Any, int], int]) -> None:
     # SavedTensor.data is what was stored, read without unpack hooks (no recomputation, no version
     # check): the tensor itself, a hook's packed object, or None after backward freed it.
     items = raw if isinstance(raw, (list, tuple)) else [raw]
@@ -98,7 +104,7 @@ def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[str, int
         entry["shape"] = list(t.shape)
     entry["dtype"] = entry["dtype"] or _dtype_name(t.dtype)
     storage = t.untyped_storage()
-    key = (str(t.device), int(storage.data_ptr()))
+    key = (t.device, int(storage.data_ptr()))
     entry.update(
         bytes=sum(x.numel() * x.element_size() for x in tensors),
         storage=storages.setdefault(key, len(storages)),
@@ -137,7 +143,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
             if nxt is not None and nxt not in keys:
                 keys[nxt] = -1
                 stack.append(nxt)
-    storages: dict[tuple[str, int], int] = {}
+    storages: dict[tuple[Any, int], int] = {}
     for fn in order:
         op = op_name(fn)
         raw = RawNode(
