@@ -318,8 +318,95 @@ print("w.grad now:", w.grad.tolist(), "<- stale: should have been zeroed between
 gv.GraphWidget(steps, height=360)"""),
 ]
 
+
+GRADIENT_FLOW = [
+    ("md", """# Is every part of my model learning?
+
+`gv.gradient_flow(model)` reads the gradients after a backward (it never changes them) and reports, per
+parameter and per module, the L2 norm, max |g|, mean, fraction of zeros, NaN/Inf count and the
+gradient-to-weight ratio, then flags what looks wrong: **no gradient**, **vanishing** / **exploding**
+layers, **NaN/Inf**, **dead adapters**, and (with the monitor) **stale** gradients. Charts are Bokeh, loaded
+inline: nothing comes from a CDN."""),
+    ("code", """import torch
+from torch import nn
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+
+torch.manual_seed(0)"""),
+    ("md", """## 1. Vanishing gradients in a deep sigmoid MLP
+
+Twenty sigmoid layers: each multiplies the gradient by at most 1/4 on its way back, so the first layers get
+almost nothing. The bars are on a log scale, in model order; flagged layers are red. Hover for the numbers."""),
+    ("code", """def deep_mlp(residual: bool, depth: int = 20, width: int = 16) -> nn.Module:
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(width) if residual else nn.Identity()
+            self.fc = nn.Linear(width, width)
+        def forward(self, x):
+            h = torch.sigmoid(self.fc(self.norm(x)))
+            return x + h if residual else h
+    return nn.Sequential(*[Block() for _ in range(depth)], nn.Linear(width, 1))
+
+x, y = torch.randn(64, 16), torch.randn(64, 1)
+plain = deep_mlp(residual=False)
+nn.functional.mse_loss(plain(x), y).backward()
+flow = gv.gradient_flow(plain)
+print(flow.summary()[:600])
+flow.chart(plain)"""),
+    ("md", """Residual connections and normalisation give the gradient a direct path back: every layer now learns."""),
+    ("code", """fixed = deep_mlp(residual=True)
+nn.functional.mse_loss(fixed(x), y).backward()
+fixed_flow = gv.gradient_flow(fixed)
+print(fixed_flow.summary())
+fixed_flow.chart(fixed)"""),
+    ("md", """## 2. Hunting a dead adapter
+
+LoRA adapters on a small GPT-2 with the base frozen. A bug in the model detaches the attention output of
+`blocks.1`: the adapters inside it get no gradient. The dashboard puts the graph (coloured by gradient norm
+through its `overlay`) beside the charts: click a bar to select its module in the graph, click a node in the
+graph to highlight its layers."""),
+    ("code", """model = add_lora(GPT2(GPT2Config.small_test()))     # base frozen, adapters on c_attn and c_proj
+attn = model.blocks[1].attn
+original = attn.forward
+attn.forward = lambda h: original(h).detach()            # the bug
+with gv.capture(model) as cap:
+    loss = gpt2_loss(model, batch=2)
+loss.backward()
+dash = gv.Dashboard(model, loss, capture=cap, height=520)
+dash"""),
+    ("code", """dead = [f for f in dash.flow.flags if f.kind == "dead-adapter"]
+for f in dead:
+    print(f.target, "->", f.reason)
+dash.select(dead[0].target)          # what a click on its bar does
+print("selected in the graph:", dash.graph.selected)"""),
+    ("md", """## 3. Monitoring a training run
+
+`GradientMonitor` records per-layer gradient norms every `every` steps (batched `torch._foreach_norm`, no
+`.item()` per parameter), in a bounded buffer that halves its resolution instead of growing. The chart below
+updates live while the loop runs. One step "forgets" `zero_grad()`: the monitor flags it as stale."""),
+    ("code", """torch.manual_seed(0)
+net = GPT2(GPT2Config.small_test())
+opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+monitor = gv.GradientMonitor(net, every=2, capacity=64)
+monitor.chart()"""),
+    ("code", """for step in range(60):
+    loss = gpt2_loss(net, batch=4, seed=step % 4)
+    loss.backward()
+    monitor.step()                   # after backward, before the optimizer step
+    opt.step()
+    if step != 30:                   # the bug: one missing zero_grad
+        opt.zero_grad()
+monitor.push()                       # final state to the chart
+monitor.close()                      # no hooks left
+print(monitor.summary()[:700])"""),
+    ("code", """monitor.save("/tmp/gradviz_monitor.pt")
+print(gv.GradientMonitor.load("/tmp/gradviz_monitor.pt"))"""),
+]
+
 if __name__ == "__main__":
     write("01_tour.ipynb", TOUR)
     write("02_what_if.ipynb", WHAT_IF)
     write("03_backprop_step_by_step.ipynb", STEP_BY_STEP)
     write("05_share_and_compare.ipynb", SHARE_AND_COMPARE)
+    write("03_gradient_flow.ipynb", GRADIENT_FLOW)

@@ -166,6 +166,14 @@ class GradientFlow:
         lines += [f"  [{f.kind}] {f.target}: {f.reason}" for f in self.flags]
         return "\n".join(lines)
 
+    def chart(self, model: nn.Module | None = None, widget: bool = True) -> Any:
+        """Per-layer norm bars (log scale, flagged layers red; hover for numbers), with per-layer
+        gradient histograms when ``model`` (whose ``.grad`` this was computed from) is given."""
+        from gradviz_nb.widgets.flow_charts import as_widget, flow_charts
+
+        layout, _ = flow_charts(self, layer_histograms(model) if model is not None else None)
+        return as_widget(layout) if widget else layout
+
     def __repr__(self) -> str:
         kinds = sorted({f.kind for f in self.flags})
         return f"<GradientFlow: {len(self.params)} parameters, {len(self.flags)} flags {kinds}>"

@@ -119,7 +119,7 @@ SELECTION_STYLE: dict[str, Any] = dict(selection_fill_alpha=1.0, nonselection_fi
 FORMATS: dict[str, Any] = {"@max_abs": "printf", "@mean": "printf", "@ratio": "printf"}
 
 
-def norm_bars(flow: GradientFlow, source: ColumnDataSource | None = None, width: int = 380) -> Any:
+def norm_bars(flow: GradientFlow, source: ColumnDataSource | None = None, width: int = 340) -> Any:
     """Horizontal bars: gradient L2 norm per layer on a log axis, in model order (top to bottom).
 
     Flagged layers are red, NaN/Inf purple, layers without gradient grey. Hover: exact numbers.
@@ -156,7 +156,7 @@ def histogram_rows(edges: Sequence[float], hists: dict[str, list[float]], layers
 
 
 def histogram_heatmap(edges: Sequence[float], hists: dict[str, list[float]], y_range: FactorRange,
-                      width: int = 250) -> Any:
+                      width: int = 220) -> Any:
     """Per-layer gradient histograms as a heatmap: x is log10 |g|, shade is the fraction of elements."""
     layers = [str(f) for f in y_range.factors][::-1]
     step = edges[1] - edges[0]
@@ -196,7 +196,7 @@ def monitor_rows(mon: GradientMonitor) -> tuple[dict[str, list[Any]], dict[str, 
     """(heatmap rects, lines) data of a monitor's history."""
     steps = mon.steps
     norms = mon.reduced("norm").tolist()
-    widths = [b - a for a, b in itertools.pairwise(steps)] + [mon.every * mon.stride]
+    widths = [b - a for a, b in itertools.pairwise(steps)] + [mon.every * mon.stride] * bool(steps)
     heat: dict[str, list[Any]] = {"step": [], "x": [], "w": [], "layer": [], "norm": [], "norm_text": []}
     for r, (s, w) in enumerate(zip(steps, widths, strict=True)):
         for c, layer in enumerate(mon.layers):
