@@ -1,38 +1,25 @@
 """An exported HTML page opened from file:// in headless Chromium: it renders, expands a module on a
-real click, shows details, answers a what-if toggle, with no console error and no network request.
-Also PNG/SVG export from Python (which renders the same page)."""
+real click, shows details, answers a what-if toggle, steps through a recorded backward pass, with no
+console error and no network request. Also PNG/SVG export from Python (which renders the same page)."""
 
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pagekit
 import pytest
 import torch
+from pagekit import CHROMIUM
 
 import gradviz_nb as gv
-from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, gpt2_loss
 
 pytestmark = pytest.mark.browser
+browser = pagekit.browser  # the module-scoped headless Chromium fixture
 
-CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 EVIL = "</script><script>window.pwned=1</script><!--"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +110,32 @@ def test_png_and_svg_from_python(widget: gv.GraphWidget, tmp_path: Path) -> None
     for label in ("blocks.0", "blocks.1", "lm_head", EVIL):
         assert label in text, label
     assert len(list(root.iter("{http://www.w3.org/2000/svg}polyline"))) > 5
+
+
+def test_exported_page_steps_through_a_recorded_backward(browser: Any, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(5, 4)).pow(2).mean()
+    rec = gv.record_backward(loss, model=model, capture=cap)
+    widget = gv.GraphWidget(rec)
+    path = widget.save_html(tmp_path / "steps.html", title="MLP backward, step by step")
+    page, errors, requests = open_page(browser, path)
+    root = page.locator("[data-testid=gradviz-root]")
+    assert page.locator("[data-testid=gradviz-stepper]").is_visible()
+    assert root.get_attribute("data-step") == "-1" and root.get_attribute("data-step-node") == ""
+    seen = []
+    for _ in range(3):
+        page.click("[data-testid=gradviz-step-forward]")
+        seen.append(root.get_attribute("data-step-node"))
+        running = page.evaluate(f"() => {HOOK}.stepInfo().node")
+        assert running == seen[-1] and running == rec.to_payload()["steps"][len(seen) - 1]["node"]
+        assert page.evaluate(f"(k) => {HOOK}.cy.$('.st-run').map((n) => n.id())") != []
+    assert len(set(seen)) == 3, seen  # the highlighted node moved at every step
+    assert page.evaluate("() => window.gradvizModel.get('step')") == 2
+    page.click("[data-testid=gradviz-step-back]")
+    assert root.get_attribute("data-step-node") == seen[1]
+    assert page.locator("[data-testid=gradviz-step-details]").is_visible()
+    page.screenshot(path=str(tmp_path / "steps.png"))
+    assert errors == []
+    assert all(u.split(":", 1)[0] in ("file", "blob", "data") for u in requests), requests

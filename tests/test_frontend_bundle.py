@@ -7,79 +7,19 @@ test drives it with real mouse clicks. About a second per test.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pagekit
 import pytest
+from pagekit import BUNDLE, ROOT, MountedPage, load_fixture
 
 pytestmark = pytest.mark.browser
+browser = pagekit.browser  # the module-scoped headless Chromium fixture
 
-ROOT = Path(__file__).resolve().parents[1]
-BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-# The fake anywidget model and the mount, run inside the page. Backbone-like: `set` fires
-# "change:<name>" only when the value changed; `saves` counts save_changes calls.
-HARNESS = """
-async ([source, state]) => {
-  const listeners = {};
-  const model = {
-    state, saves: 0,
-    get: (k) => model.state[k],
-    set(k, v) {
-      if (JSON.stringify(model.state[k]) === JSON.stringify(v)) return;
-      model.state[k] = v;
-      for (const f of listeners["change:" + k] || []) f();
-    },
-    on(ev, f) { (listeners[ev] ||= []).push(f); },
-    off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
-    save_changes() { model.saves++; },
-    send() {},
-    listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
-  };
-  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
-  const mod = await import(url);
-  const el = document.getElementById("host");
-  const cleanup = await mod.default.render({ model, el });
-  window.gv = { model, el, cleanup, hook: el.querySelector(".gradviz-root").__gradviz };
-  await window.gv.hook.idle();
-}
-"""
-
-
-def load_fixture(name: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / name).read_text())
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not BUNDLE.exists():
-        pytest.skip("bundle not built: cd js && npm ci && npm run build")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-class Page:
+class Page(MountedPage):
     """One page with the widget mounted, plus what it logged."""
 
     def __init__(
@@ -91,25 +31,8 @@ class Page:
         height: int = 600,
         width: int = 1000,
     ) -> None:
-        self.errors: list[str] = []
-        self.dialogs: list[str] = []
-        self.page = browser.new_page(viewport={"width": width + 40, "height": height + 200})
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("dialog", self._dialog)
-        html = tmp_path / "index.html"
-        host = f'<div id="host" style="width:{width}px"></div>'
-        html.write_text(f'<!doctype html><html><body style="margin:10px">{host}</body></html>')
-        self.page.goto(html.as_uri())
         state = {"graph_data": payload, "expanded": expanded or [], "selected": "", "height": height}
-        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
-
-    def _dialog(self, dialog: Any) -> None:
-        self.dialogs.append(dialog.message)
-        dialog.dismiss()
-
-    def js(self, expr: str, arg: Any = None) -> Any:
-        return self.page.evaluate(expr, arg)
+        super().__init__(browser, tmp_path, state, viewport=(width + 40, height + 200), width=width)
 
     def counts(self) -> dict[str, int]:
         return self.js("() => gv.hook.visibleCounts()")

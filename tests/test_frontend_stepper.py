@@ -9,68 +9,15 @@ two passes accumulating into ``.grad``). Screenshots go to build/screenshots/ste
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pagekit
 import pytest
+from pagekit import FIXTURES, SCREENSHOTS, MountedPage
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parents[1]
-BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SCREENSHOTS = ROOT / "build" / "screenshots"
-CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-HARNESS = """
-async ([source, state]) => {
-  const listeners = {};
-  const model = {
-    state, saves: 0, sent: [],
-    get: (k) => model.state[k],
-    set(k, v) {
-      if (JSON.stringify(model.state[k]) === JSON.stringify(v)) return;
-      model.state[k] = v;
-      for (const f of listeners["change:" + k] || []) f();
-    },
-    on(ev, f) { (listeners[ev] ||= []).push(f); },
-    off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
-    save_changes() { model.saves++; },
-    send(msg) { model.sent.push(msg); },
-    listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
-  };
-  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
-  const mod = await import(url);
-  const el = document.getElementById("host");
-  const cleanup = await mod.default.render({ model, el });
-  window.gv = { model, el, cleanup, hook: el.querySelector(".gradviz-root").__gradviz };
-  await window.gv.hook.idle();
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not BUNDLE.exists():
-        pytest.skip("bundle not built: cd js && npm ci && npm run build")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+browser = pagekit.browser  # the module-scoped headless Chromium fixture
 
 
 def fixture(name: str) -> dict[str, Any]:
@@ -78,17 +25,8 @@ def fixture(name: str) -> dict[str, Any]:
     return data
 
 
-class Page:
+class Page(MountedPage):
     def __init__(self, browser: Any, tmp_path: Path, data: dict[str, Any], **traits: Any) -> None:
-        self.errors: list[str] = []
-        self.page = browser.new_page(viewport={"width": 1040, "height": 900})
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        html = tmp_path / "index.html"
-        html.write_text(
-            '<!doctype html><html><body style="margin:10px"><div id="host" style="width:1000px"></div></body></html>'
-        )
-        self.page.goto(html.as_uri())
         state = {
             "graph_data": data["graph"],
             "expanded": [],
@@ -102,10 +40,7 @@ class Page:
             "step": -1,
             **traits,
         }
-        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
-
-    def js(self, expr: str, arg: Any = None) -> Any:
-        return self.page.evaluate(expr, arg)
+        super().__init__(browser, tmp_path, state, viewport=(1040, 900))
 
     def text(self, testid: str) -> str:
         return str(self.page.locator(f"[data-testid={testid}]").inner_text())
@@ -137,10 +72,8 @@ def test_scalar_stepper_steps_values_contributions_and_keys(browser: Any, tmp_pa
     assert p.js("() => gv.model.state.step") == 0 and p.js("() => gv.model.saves") >= 1
     assert p.info()["node"] == "n0" and "st-run" in p.classes("n:n0")
     flow = p.info()["flowEdges"]
-    assert len(flow) == 1 and p.js("(k) => [gv.hook.cy.$id(k).source().id(), gv.hook.cy.$id(k).target().id()]", flow[0]) == [
-        "n:n1",
-        "n:n0",
-    ]
+    ends = "(k) => [gv.hook.cy.$id(k).source().id(), gv.hook.cy.$id(k).target().id()]"
+    assert len(flow) == 1 and p.js(ends, flow[0]) == ["n:n1", "n:n0"]
     assert p.js("(k) => gv.hook.cy.$id(k).data('flowLabel')", flow[0]) == "∇ 4.77e-7"
     assert p.label("n:n0").endswith("data 1 | grad 1")
     assert "grad_a = grad_out * (1 - t²)" in p.text("gradviz-step-explain")
@@ -255,7 +188,8 @@ def test_overlay_colours_marks_legend_and_tooltip(browser: Any, tmp_path: Path) 
     p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "overlay.png"))
     # Collapsed: a box shows its "call:" value if given, else the max of its members; worst mark.
     p.js("() => gv.hook.collapse('0')")
-    assert p.js("() => gv.hook.overlayOf('c:0')") == {"value": 0.45, "mark": "nan", "text": "gradient L2 norm: 0.45 · NaN / Inf"}
+    expected = {"value": 0.45, "mark": "nan", "text": "gradient L2 norm: 0.45 · NaN / Inf"}
+    assert p.js("() => gv.hook.overlayOf('c:0')") == expected
     # Memory overlay: bytes, size encoding; then {} removes it.
     mem = {"title": "saved for backward", "values": {"n1": 2048, "n5": 100}, "scale": "linear", "encoding": "size",
            "marks": {}, "unit": "B"}

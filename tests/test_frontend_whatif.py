@@ -13,69 +13,15 @@ Cytoscape classes), Reset, the ``verified`` banner and ghost tensors are checked
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pagekit
 import pytest
+from pagekit import FIXTURES, SCREENSHOTS, MountedPage
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parents[1]
-BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SCREENSHOTS = ROOT / "build" / "screenshots"
-CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-# Fake anywidget model (as in test_frontend_bundle.py) that also records `send` messages.
-HARNESS = """
-async ([source, state]) => {
-  const listeners = {};
-  const model = {
-    state, saves: 0, sent: [],
-    get: (k) => model.state[k],
-    set(k, v) {
-      if (JSON.stringify(model.state[k]) === JSON.stringify(v)) return;
-      model.state[k] = v;
-      for (const f of listeners["change:" + k] || []) f();
-    },
-    on(ev, f) { (listeners[ev] ||= []).push(f); },
-    off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
-    save_changes() { model.saves++; },
-    send(msg) { model.sent.push(msg); },
-    listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
-  };
-  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
-  const mod = await import(url);
-  const el = document.getElementById("host");
-  const cleanup = await mod.default.render({ model, el });
-  window.gv = { model, el, cleanup, hook: el.querySelector(".gradviz-root").__gradviz };
-  await window.gv.hook.idle();
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not BUNDLE.exists():
-        pytest.skip("bundle not built: cd js && npm ci && npm run build")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+browser = pagekit.browser  # the module-scoped headless Chromium fixture
 
 
 def fixture_payload() -> dict[str, Any]:
@@ -83,17 +29,8 @@ def fixture_payload() -> dict[str, Any]:
     return payload
 
 
-class Page:
+class Page(MountedPage):
     def __init__(self, browser: Any, tmp_path: Path, payload: dict[str, Any], **traits: Any) -> None:
-        self.errors: list[str] = []
-        self.page = browser.new_page(viewport={"width": 1040, "height": 1040})
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        html = tmp_path / "index.html"
-        html.write_text(
-            '<!doctype html><html><body style="margin:10px"><div id="host" style="width:1000px"></div></body></html>'
-        )
-        self.page.goto(html.as_uri())
         state = {
             "graph_data": payload,
             "expanded": [],
@@ -104,10 +41,7 @@ class Page:
             "can_verify": False,
             **traits,
         }
-        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
-
-    def js(self, expr: str, arg: Any = None) -> Any:
-        return self.page.evaluate(expr, arg)
+        super().__init__(browser, tmp_path, state, viewport=(1040, 1040))
 
     def click_at(self, point: dict[str, float] | None, what: str, shift: bool = False) -> None:
         assert point, f"{what} is not on screen"

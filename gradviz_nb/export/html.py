@@ -30,24 +30,34 @@ CSP = (
     "img-src data: blob:; font-src data:; connect-src blob: data:"
 )
 
-# The stand-in for anywidget's model; `window.gradvizModel` lets tests (and curious users) drive it.
-MOUNT = """
+# The stand-in for anywidget's model, the ONE fake model (the page tests mount the bundle with it too,
+# tests/pagekit.py). Backbone-like: `set` fires "change:<name>" only when the value changed; `saves`
+# counts save_changes calls, `sent` keeps what the view sent (a re-run request has no kernel to go to).
+FAKE_MODEL = """
+function gradvizFakeModel(state) {
+  const listeners = {};
+  const model = {
+    state, saves: 0, sent: [],
+    get: (k) => model.state[k],
+    set(k, v) {
+      if (JSON.stringify(model.state[k]) === JSON.stringify(v)) return;
+      model.state[k] = v;
+      for (const f of listeners["change:" + k] || []) f();
+    },
+    on(ev, f) { (listeners[ev] ||= []).push(f); },
+    off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
+    save_changes() { model.saves++; },
+    send(msg) { model.sent.push(msg); },
+    listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
+  };
+  return model;
+}
+"""
+
+# The page's module script; `window.gradvizModel` lets tests (and curious users) drive the model.
+MOUNT = FAKE_MODEL + """
 const read = (id) => JSON.parse(document.getElementById(id).textContent);
-const state = read("gradviz-state");
-const listeners = {};
-const model = {
-  state,
-  get: (k) => state[k],
-  set(k, v) {
-    if (JSON.stringify(state[k]) === JSON.stringify(v)) return;
-    state[k] = v;
-    for (const f of listeners["change:" + k] || []) f();
-  },
-  on(ev, f) { (listeners[ev] ||= []).push(f); },
-  off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
-  save_changes() {},
-  send() {},
-};
+const model = gradvizFakeModel(read("gradviz-state"));
 window.gradvizModel = model;
 const url = URL.createObjectURL(new Blob([read("gradviz-bundle")], { type: "text/javascript" }));
 const widget = (await import(url)).default;

@@ -1,9 +1,10 @@
 // anywidget entry: wires the synced traits (graph_data, expanded, selected, height, toggles,
-// verified, can_verify, overlay, recording, step) to the view.
+// verified, can_verify, overlay, recording, step, diff) to the view.
 // Traits hold all state, so a saved notebook or exported page rebuilds the same view with no kernel.
 import type { AnyWidget, RenderProps } from "@anywidget/types";
 import css from "./styles.css";
-import type { GraphPayload, Overlay, Recording, Toggles, Verification, WhatIfAnswer } from "./payload";
+import type { GraphDiff, GraphPayload, Overlay, Recording, Toggles, Verification, WhatIfAnswer } from "./payload";
+import { badgeText, diffDecorations, diffText, normalizeDiff, type DiffDecorations } from "./state/diff";
 import { canonical, collapse, expand, expandAll, sameSet } from "./state/expansion";
 import { callDetails, nodeDetails, nodeTitle, plural } from "./state/labels";
 import { callKey, indexCalls, nodeKey, representative, visibleGraph, type CallIndex, type VisibleCounts } from "./state/quotient";
@@ -48,6 +49,7 @@ import { createToolbar } from "./panels/toolbar";
 import { createWhatIfPanel } from "./panels/whatif";
 import { createLegend, createTooltip, type LegendSpec, type LegendSwatch } from "./panels/legend";
 import { createStepper } from "./panels/stepper";
+import { createDiffPanel } from "./panels/diff";
 
 interface Traits {
   graph_data: GraphPayload;
@@ -66,6 +68,8 @@ interface Traits {
   recording: Partial<Recording>;
   /** Stepper cursor: -1 before the first step, else an index into recording.steps. */
   step: number;
+  /** Diff view: status per node of the merged before/after graph ({} when none). */
+  diff: Partial<GraphDiff>;
 }
 
 /** Above this many visible elements, say that the graph is big (it still renders). */
@@ -116,6 +120,12 @@ export interface DebugHook {
   lastStepMs(): number;
   /** Overlay value and mark shown for an element key ("n:<id>", "c:<call id>"). */
   overlayOf(key: string): { value: number | null; mark: string | null; text: string };
+  /** Diff view: an element's status ("n:<id>") or its box badge ("c:<call id>"), and tooltip text. */
+  diffOf(key: string): { status: string | null; badge: string; text: string };
+  /** The whole graph as an SVG document (the toolbar's SVG button saves the same). */
+  toSVG(): string;
+  /** The whole graph as a PNG data URL at `scale` (default 2). */
+  toPNG(scale?: number): string;
 }
 
 function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
@@ -154,6 +164,9 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   // Overlay.
   let overlay: Overlay | null = null;
   let ovDeco: OverlayDecorations | null = null;
+  // Diff view.
+  let diff: GraphDiff | null = null;
+  let dfDeco: DiffDecorations | null = null;
 
   const view = new GraphView(canvas, theme, {
     // A click on a box means open / close (it does not select: a panel popping up on every open
@@ -206,7 +219,10 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     },
     collapseAll: () => changeExpanded(new Set(), null, true),
     whatIf: () => setWhatIfMode(!whatIfMode),
+    savePNG: () => download(view.toPNGBlob(2), "gradviz.png"),
+    saveSVG: () => download(new Blob([view.toSVG()], { type: "image/svg+xml" }), "gradviz.svg"),
   });
+  const diffPanel = createDiffPanel();
   const whatIfPanel = createWhatIfPanel({
     reset: () => userToggle({ detach: [], freeze: [] }),
     verify: () => model.send({ kind: "verify" }),
@@ -223,10 +239,13 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     setPass: (p) => rix && userSeek(passCursor(rix, p)),
     setByModule: (on) => setByModule(on),
   });
-  const legend = createLegend();
+  const legend = createLegend(() => {
+    // Fits keep the legend's corner free of nodes.
+    view.setBottomReserve(legend.element.hidden ? 0 : legend.element.offsetHeight + 8);
+  });
   const tooltip = createTooltip();
   body.append(details.element, stepper.details, legend.element, tooltip.element);
-  root.append(toolbar.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, body);
+  root.append(toolbar.element, diffPanel.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, body);
   root.tabIndex = 0;
   // JupyterLab must not take the keys we handle while the widget has focus.
   root.setAttribute("data-lm-suppress-shortcuts", "true");
@@ -265,6 +284,8 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
           wiDeco = null;
           showSelection();
           applyWhatIf();
+          // The legend appeared (or changed size) with this paint: fit again around it.
+          if (options.fit && !options.anchor) view.fitReadable();
         }
       })
       .catch((err: unknown) => {
@@ -302,7 +323,10 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     const node = id ? payload.nodes.find((n) => n.id === id) : undefined;
     const call = !node && id ? index.calls.get(id) : undefined;
     if (node) {
-      details.show(nodeTitle(node), nodeDetails(node));
+      const rows = nodeDetails(node);
+      const st = diff?.status[node.id];
+      if (diff && st) rows.push(["diff", st], ...(diff.why[node.id] ? [["why", diff.why[node.id]] as [string, string]] : []));
+      details.show(nodeTitle(node), rows);
       view.select(nodeKey(node.id));
     } else if (call) {
       details.show(`${call.id} · ${call.type}`, callDetails(call, call.size || index.size.get(call.id) || 0));
@@ -342,6 +366,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     if (!shown) return;
     if (!wiDeco) wiDeco = decorate(payload, shown, wiState ?? evaluate(payload, toggles), toggles);
     ovDeco = overlay ? overlayDecorations(payload, shown, overlay, index) : null;
+    dfDeco = diff ? diffDecorations(payload, shown, diff, index) : null;
     sv = rix ? stepView(rix, cursor) : null;
     const stepColours = !!rix && cursor >= 0;
     const st = rix && sv ? stepDecorations(rix, sv, shown, repOf) : null;
@@ -356,9 +381,12 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       }
     };
     addAll(wiDeco.classes);
+    addAll(dfDeco?.classes);
     addAll(ovDeco?.classes, stepColours ? (c) => !c.startsWith("heat-") : undefined);
     addAll(st?.classes);
-    for (const [k, v] of wiDeco.labels) paint.labels.set(k, v);
+    if (dfDeco) for (const [k, v] of dfDeco.labels) paint.labels.set(k, v);
+    // What-if marks go inside the diff's ("+ ❄ name"): templates compose through "{base}".
+    for (const [k, v] of wiDeco.labels) paint.labels.set(k, paint.labels.has(k) ? paint.labels.get(k)!.split("{base}").join(v) : v);
     if (st) for (const [k, lines] of st.lines) paint.labels.set(k, (paint.labels.get(k) ?? "{base}") + "\n" + lines.join("\n"));
     if (ovDeco && overlay?.encoding === "size" && !stepColours) for (const [k, f] of ovDeco.scale) paint.sizes.set(k, f);
     view.paint(paint);
@@ -384,7 +412,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
         ],
       };
     }
-    if (!overlay) return null;
+    if (!overlay) return diff ? diffLegend() : null;
     const r = ovDeco?.range ?? null;
     const items: [LegendSwatch, string][] = [];
     const present = new Set(Object.values(overlay.marks));
@@ -399,8 +427,35 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     };
   }
 
+  function diffLegend(): LegendSpec {
+    const items: [LegendSwatch, string][] = [
+      ["added", "added (only after)"],
+      ["removed", "removed (only before)"],
+      ["changed", "changed"],
+      ["neutral", "the same"],
+    ];
+    if (diff?.gained.length) items.push(["gained", "leaf gains a gradient path"]);
+    if (diff?.lost.length) items.push(["lost", "leaf loses its gradient path"]);
+    items.push(["box", "box with changes inside (Δ)"]);
+    return { title: "diff: before → after", scaleText: "", min: "", max: "", ramp: false, items };
+  }
+
+  function showDiff(): void {
+    if (!diff) {
+      diffPanel.show("", null);
+      return;
+    }
+    const counts = { added: 0, removed: 0, changed: 0 };
+    for (const st of Object.values(diff.status)) if (st !== "same") counts[st]++;
+    diffPanel.show(`Diff: ${counts.added} added · ${counts.removed} removed · ${counts.changed} changed`, diff.summary);
+  }
+
   function tooltipText(key: string): string {
     const parts: string[] = [];
+    if (diff && dfDeco) {
+      const t = diffText(diff, dfDeco, key);
+      if (t) parts.push(t);
+    }
     if (overlay && ovDeco) {
       const t = overlayText(overlay, ovDeco.values.get(key), ovDeco.marks.get(key));
       if (t) parts.push(t);
@@ -520,6 +575,12 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     overlay = normalizeOverlay(model.get("overlay"));
     repaint();
   };
+  const onDiff = (): void => {
+    diff = normalizeDiff(model.get("diff"));
+    showDiff();
+    repaint();
+    showSelection();
+  };
 
   const onKey = (e: KeyboardEvent): void => {
     if (!rix || e.altKey || e.ctrlKey || e.metaKey) return;
@@ -580,6 +641,8 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     recomputeWhatIf();
     wiDeco = null;
     overlay = normalizeOverlay(model.get("overlay"));
+    diff = normalizeDiff(model.get("diff"));
+    showDiff();
     loadRecording();
     expanded = new Set(canonical(model.get("expanded") || [], index));
     toolbar.setNotes(payload.meta?.notes ?? []);
@@ -603,6 +666,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   model.on("change:overlay", onOverlay);
   model.on("change:recording", onRecording);
   model.on("change:step", onStep);
+  model.on("change:diff", onDiff);
   const hideTooltip = (): void => tooltip.hide();
   canvas.addEventListener("mouseleave", hideTooltip);
   const resizeObserver = new ResizeObserver(() => view.resize());
@@ -656,6 +720,17 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
         text: overlay ? overlayText(overlay, value, mark) : "",
       };
     },
+    diffOf(key) {
+      const status = key.startsWith("n:") ? (dfDeco?.status.get(key) ?? null) : null;
+      const box = dfDeco?.boxes.get(key);
+      return {
+        status,
+        badge: box ? badgeText(box) : "",
+        text: diff && dfDeco ? diffText(diff, dfDeco, key) : "",
+      };
+    },
+    toSVG: () => view.toSVG(),
+    toPNG: (scale) => view.toPNG(scale ?? 2),
   };
   (root as HTMLElement & { __gradviz?: DebugHook }).__gradviz = hook;
 
@@ -673,6 +748,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     model.off("change:overlay", onOverlay);
     model.off("change:recording", onRecording);
     model.off("change:step", onStep);
+    model.off("change:diff", onDiff);
     if (timer) clearInterval(timer);
     root.removeEventListener("keydown", onKey);
     root.removeEventListener("pointerup", onPointerDown, { capture: true });
@@ -681,6 +757,19 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     view.destroy();
     root.remove();
   };
+}
+
+/** Save `blob` as a file through the browser's download (a temporary blob: link). */
+function download(blob: Blob, name: string): void {
+  const url = URL.createObjectURL(blob);
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = name;
+  a.style.display = "none";
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
 export default { render } satisfies AnyWidget<Traits>;

@@ -28,18 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pagekit import CHROMIUM, CHROMIUM_ARGS  # noqa: F401  (one place for the launch constants)
 from playwright.sync_api import ConsoleMessage, Error, Page
-
-CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 # User settings written before the server starts. `windowingMode: none` keeps off-screen cells in
 # the DOM (the default windowing virtualises them away); news and update checks would try the network.

@@ -1,6 +1,17 @@
-// Colour legend (bottom left of the canvas) and the hover tooltip. Text only, never HTML.
+// Colour legend (bottom left of the canvas; folds to its title line) and the hover tooltip. Text
+// only, never HTML.
 import { HEAT, HEAT_ZERO, MARK } from "../view/style";
 import { h, setText } from "./dom";
+
+/** Diff swatches: [border, fill] (the canvas uses the theme's versions of the same hues). */
+const DIFF_SWATCH: Partial<Record<LegendSwatch, [string, string]>> = {
+  added: ["#2e7d32", "#c8e6c9"],
+  removed: ["#d32f2f", "#fbe0e0"],
+  changed: ["#e65100", "#ffe6a8"],
+  gained: ["#2e7d32", ""],
+  lost: ["#d32f2f", ""],
+  box: ["#e65100", ""],
+};
 
 export interface LegendSpec {
   title: string;
@@ -14,25 +25,48 @@ export interface LegendSpec {
   items: [LegendSwatch, string][];
 }
 
-export type LegendSwatch = "zero" | "run" | "flow" | "neutral" | "no-grad" | "nan" | "flag";
+export type LegendSwatch =
+  | "zero" | "run" | "flow" | "neutral" | "no-grad" | "nan" | "flag"
+  | "added" | "removed" | "changed" | "gained" | "lost" | "box";
 
 export interface Legend {
   element: HTMLElement;
   show(spec: LegendSpec | null): void;
 }
 
-export function createLegend(): Legend {
+/** `onChange` runs after the legend appears, disappears, or folds (the canvas keeps room for it). */
+export function createLegend(onChange: () => void = () => {}): Legend {
   const element = h("div", { class: "gradviz-legend", "data-testid": "gradviz-legend" });
   element.hidden = true;
+  let folded = false;
+  let last = "";
+  const fold = h("button", { type: "button", class: "gradviz-legend-fold", "data-testid": "gradviz-legend-fold", title: "Fold / unfold the legend" });
+  const syncFold = (): void => {
+    setText(fold, folded ? "▸" : "▾");
+    fold.setAttribute("aria-expanded", String(!folded));
+    element.classList.toggle("gradviz-legend-folded", folded);
+  };
+  fold.addEventListener("click", () => {
+    folded = !folded;
+    syncFold();
+    onChange();
+  });
+  syncFold();
   return {
     element,
     show(spec) {
+      const sig = JSON.stringify(spec);
+      if (sig === last) return;
+      last = sig;
       if (!spec) {
         element.hidden = true;
         element.replaceChildren();
+        onChange();
         return;
       }
-      const parts: Node[] = [h("div", { class: "gradviz-legend-title", "data-testid": "gradviz-legend-title" }, spec.title)];
+      const parts: Node[] = [
+        h("div", { class: "gradviz-legend-head" }, fold, h("span", { class: "gradviz-legend-title", "data-testid": "gradviz-legend-title" }, spec.title)),
+      ];
       if (spec.ramp) {
         const ramp = h("div", { class: "gradviz-legend-ramp" }, ...HEAT.map((c) => {
           const s = h("span", {});
@@ -42,7 +76,7 @@ export function createLegend(): Legend {
         parts.push(
           h("div", { class: "gradviz-legend-row" }, h("span", { "data-testid": "gradviz-legend-min" }, spec.min), ramp, h("span", { "data-testid": "gradviz-legend-max" }, spec.max)),
         );
-      } else {
+      } else if (spec.min || spec.max) {
         parts.push(h("div", { class: "gradviz-legend-row" }, h("span", { "data-testid": "gradviz-legend-min" }, spec.min), h("span", {}, " … "), h("span", { "data-testid": "gradviz-legend-max" }, spec.max)));
       }
       if (spec.scaleText) parts.push(h("div", { class: "gradviz-legend-scale" }, spec.scaleText));
@@ -54,11 +88,17 @@ export function createLegend(): Legend {
         if (kind === "flow") sw.style.background = MARK.flow;
         if (kind === "nan") sw.style.borderColor = MARK.nan;
         if (kind === "flag") sw.style.borderColor = MARK.flag;
+        const diff = DIFF_SWATCH[kind];
+        if (diff) {
+          sw.style.borderColor = diff[0];
+          if (diff[1]) sw.style.background = diff[1];
+        }
         items.append(h("span", { class: "gradviz-legend-item", "data-kind": kind }, sw, text));
       }
       if (spec.items.length) parts.push(items);
       element.replaceChildren(...parts);
       element.hidden = false;
+      onChange();
     },
   };
 }

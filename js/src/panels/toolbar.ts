@@ -1,4 +1,4 @@
-// Toolbar (fit, zoom reset, expand / collapse all, counts), the notes line and the message line.
+// Toolbar (fit, zoom reset, expand / collapse all, what-if, PNG / SVG download, counts), the notes line and the message line.
 import { h, setText } from "./dom";
 
 export interface ToolbarActions {
@@ -8,6 +8,9 @@ export interface ToolbarActions {
   collapseAll(): void;
   /** Switch what-if mode (clicks toggle detach / freeze instead of opening boxes). */
   whatIf(): void;
+  /** Download the whole graph as PNG / SVG. */
+  savePNG(): void;
+  saveSVG(): void;
 }
 
 export interface Toolbar {
@@ -46,6 +49,8 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     expandAll,
     collapseAll,
     whatIf,
+    button("PNG", "gradviz-png", "Download the whole graph as a PNG image", actions.savePNG),
+    button("SVG", "gradviz-svg", "Download the whole graph as an SVG image", actions.saveSVG),
     counts,
   );
   const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });

@@ -6,6 +6,7 @@ import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { LayoutEngine, type Point, type Size } from "./layout";
 import { toSegments } from "./segments";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
+import { toSVG } from "./svg";
 import type { Theme } from "./theme";
 
 /** Everything drawn over the laid-out graph, merged from what-if, stepper and overlay: applied as
@@ -64,6 +65,8 @@ export class GraphView {
   private reserve: ((key: string) => string[][] | null) | null = null;
   private invalidateOffsets: () => void;
   private container: HTMLElement;
+  /** Pixels at the bottom of the canvas that a fit leaves free (the legend sits there). */
+  private bottomReserve = 0;
 
   constructor(container: HTMLElement, theme: Theme, handlers: ViewHandlers) {
     this.theme = theme;
@@ -205,14 +208,39 @@ export class GraphView {
     this.cy.pan({ x: anchor.rendered.x - zoom * ((bb.x1 + bb.x2) / 2), y: anchor.rendered.y - zoom * bb.y1 });
   }
 
+  /** Fit the graph into the canvas above the bottom reserve; a tiny graph is not blown up past 1.25. */
   fit(): void {
     this.cy.resize();
-    this.cy.fit(undefined, 24);
-    // A tiny graph would otherwise be blown up to giant boxes.
-    if (this.cy.zoom() > 1.25) {
-      this.cy.zoom(1.25);
-      this.cy.center();
-    }
+    const eles = this.cy.elements();
+    if (eles.empty()) return;
+    const bb = eles.boundingBox();
+    const pad = 24;
+    const w = this.cy.width();
+    const h = Math.max(60, this.cy.height() - this.bottomReserve);
+    const zoom = Math.max(this.cy.minZoom(), Math.min(1.25, (w - 2 * pad) / Math.max(1, bb.w), (h - 2 * pad) / Math.max(1, bb.h)));
+    this.cy.viewport({ zoom, pan: { x: w / 2 - (zoom * (bb.x1 + bb.x2)) / 2, y: h / 2 - (zoom * (bb.y1 + bb.y2)) / 2 } });
+  }
+
+  /** Keep `px` free at the bottom on the next fit; true when it changed. */
+  setBottomReserve(px: number): boolean {
+    const changed = Math.abs(px - this.bottomReserve) > 0.5;
+    this.bottomReserve = px;
+    return changed;
+  }
+
+  /** The whole graph (not only what is in view) as an SVG document. */
+  toSVG(): string {
+    return toSVG(this.cy, this.theme.background, this.theme.fontFamily);
+  }
+
+  /** The whole graph as a PNG data URL (`scale` x model resolution). */
+  toPNG(scale = 2): string {
+    return this.cy.png({ full: true, scale, bg: this.theme.background, output: "base64uri" });
+  }
+
+  /** The whole graph as a PNG blob, for a download. */
+  toPNGBlob(scale = 2): Blob {
+    return this.cy.png({ full: true, scale, bg: this.theme.background, output: "blob" });
   }
 
   /** Fit, unless that makes labels unreadable: then show the top (the inputs) at a readable zoom,

@@ -164,6 +164,19 @@ export function stylesheet(t: Theme): StylesheetJson {
     { selector: "node.ov-no-grad", style: { "border-color": t.danger, "border-style": "dashed", "border-width": 3 } },
     { selector: "node.ov-nan", style: { "border-color": MARK.nan, "border-style": "solid", "border-width": 3.5 } },
     { selector: "node.ov-flag", style: { "border-color": MARK.flag, "border-style": "solid", "border-width": 3 } },
+    // --- Diff view (before / after): added green, removed red and dashed, changed amber; leaves that
+    // gained / lost a gradient path get a thick outline; boxes with changes inside an amber outline. ---
+    { selector: "node.df-added", style: { "background-color": t.addedFill, "border-color": t.added, "border-width": 2.5, "border-style": "solid" } },
+    {
+      selector: "node.df-removed",
+      style: { "background-color": t.removedFill, "border-color": t.removed, "border-width": 2.5, "border-style": "dashed", color: t.removed, "font-style": "italic" },
+    },
+    { selector: "node.df-changed", style: { "background-color": t.changedFill, "border-color": t.changed, "border-width": 2.5, "border-style": "solid" } },
+    { selector: 'node.df-added[kind = "expanded"]', style: { "background-color": t.expandedFill, "border-opacity": 1, color: t.added } },
+    { selector: 'node.df-removed[kind = "expanded"]', style: { "background-color": t.expandedFill, "border-opacity": 1 } },
+    { selector: "node.df-box", style: { "border-color": t.changed, "border-width": 2.5, "border-opacity": 1, "border-style": "solid", color: t.changed } },
+    { selector: "node.df-gained", style: { "border-color": t.added, "border-width": 5, "border-style": "double" } },
+    { selector: "node.df-lost", style: { "border-color": t.removed, "border-width": 5, "border-style": "double", color: t.removed } },
     // --- What-if. Order matters: later rules win. ---
     // In what-if mode tensors (edges) take clicks; Cytoscape adds a hit margin around the line.
     { selector: "edge.wi-tap", style: { events: "yes" } },

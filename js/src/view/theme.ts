@@ -19,6 +19,13 @@ export interface Theme {
   frozen: string;
   frozenFill: string;
   ghost: string;
+  /** Diff view: added (green), removed (red), changed (amber): a border colour and a fill each. */
+  added: string;
+  addedFill: string;
+  removed: string;
+  removedFill: string;
+  changed: string;
+  changedFill: string;
   fontFamily: string;
   dark: boolean;
 }
@@ -86,6 +93,12 @@ export function readTheme(el: HTMLElement): Theme {
       frozen: hex(frozen),
       frozenFill: hex(mix(bg, frozen, dark ? 0.35 : 0.22)),
       ghost: hex(mix(bg, textMuted, 0.45)),
+      added: dark ? "#66bb6a" : "#2e7d32",
+      addedFill: hex(mix(bg, [67, 160, 71], dark ? 0.35 : 0.22)),
+      removed: hex(danger),
+      removedFill: hex(mix(bg, danger, dark ? 0.3 : 0.14)),
+      changed: dark ? "#ffb74d" : "#e65100",
+      changedFill: hex(mix(bg, [255, 179, 0], dark ? 0.35 : 0.28)),
       fontFamily: font || "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif",
       dark,
     };

@@ -1,0 +1,95 @@
+"""One kit for the page tests: the Chromium launch constants (defined once, in
+``gradviz_nb/export/image.py``, which drives the same browser), a module-scoped ``browser`` fixture,
+and mounting the built bundle in a blank ``file://`` page with THE fake anywidget model (the one
+``gradviz_nb/export/html.py`` embeds in exported pages, so both are tested as one).
+
+Use from a test module::
+
+    import pagekit
+    from pagekit import MountedPage
+    browser = pagekit.browser   # the fixture, under its name
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradviz_nb.export.html import FAKE_MODEL
+from gradviz_nb.export.image import CHROMIUM, CHROMIUM_ARGS
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SCREENSHOTS = ROOT / "build" / "screenshots"
+
+# Mount the bundle (imported from a Blob URL, as an exported page does) with the fake model.
+HARNESS = (
+    "async ([source, state]) => {\n"
+    + FAKE_MODEL
+    + """
+  const model = gradvizFakeModel(state);
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const mod = await import(url);
+  const el = document.getElementById("host");
+  const cleanup = await mod.default.render({ model, el });
+  window.gv = { model, el, cleanup, hook: el.querySelector(".gradviz-root").__gradviz };
+  await window.gv.hook.idle();
+}
+"""
+)
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return data
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium (module scope: one Playwright sync API may be live at a time)."""
+    if not BUNDLE.exists():
+        pytest.skip("bundle not built: cd js && npm ci && npm run build")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class MountedPage:
+    """A blank page with the widget mounted on ``state`` (``window.gv``: model, el, cleanup, hook),
+    and what it logged: console errors and page errors in ``errors``, dialogs (dismissed) in ``dialogs``."""
+
+    def __init__(
+        self,
+        browser: Any,
+        tmp_path: Path,
+        state: dict[str, Any],
+        viewport: tuple[int, int] = (1040, 900),
+        width: int = 1000,
+    ) -> None:
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", self._dialog)
+        html = tmp_path / "index.html"
+        host = f'<div id="host" style="width:{width}px"></div>'
+        html.write_text(f'<!doctype html><html><body style="margin:10px">{host}</body></html>')
+        self.page.goto(html.as_uri())
+        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def js(self, expr: str, arg: Any = None) -> Any:
+        return self.page.evaluate(expr, arg)
