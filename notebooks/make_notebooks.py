@@ -362,16 +362,27 @@ print(fixed_flow.summary())
 fixed_flow.chart(fixed)"""),
     ("md", """## 2. Hunting a dead adapter
 
-LoRA adapters on a small GPT-2 with the base frozen. A bug in the model detaches the attention output of
-`blocks.1`: the adapters inside it get no gradient. The dashboard puts the graph (coloured by gradient norm
-through its `overlay`) beside the charts: click a bar to select its module in the graph, click a node in the
-graph to highlight its layers."""),
-    ("code", """model = add_lora(GPT2(GPT2Config.small_test()))     # base frozen, adapters on c_attn and c_proj
-attn = model.blocks[1].attn
-original = attn.forward
-attn.forward = lambda h: original(h).detach()            # the bug
+A Hugging Face GPT-2 (tiny, randomly initialised from a config: no downloads) fine-tuned with `peft` LoRA
+adapters on `c_attn`, base frozen. A bug detaches the output of `h.1`'s attention projection, so its
+adapter gets no gradient. The dashboard puts the graph (coloured by gradient norm through its `overlay`)
+beside the charts: click a bar to select its module in the graph, click a node in the graph to highlight
+its layers."""),
+    ("code", """import os
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import peft
+import transformers
+
+torch.manual_seed(0)
+config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=32,
+                                  bos_token_id=0, eos_token_id=0)
+lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], lora_dropout=0.0, fan_in_fan_out=True)
+model = peft.get_peft_model(transformers.GPT2LMHeadModel(config), lora)
+cut = model.base_model.model.transformer.h[1].attn.c_attn
+original = cut.forward
+cut.forward = lambda *args, **kwargs: original(*args, **kwargs).detach()   # the bug
+ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))
 with gv.capture(model) as cap:
-    loss = gpt2_loss(model, batch=2)
+    loss = model(input_ids=ids, labels=ids).loss
 loss.backward()
 dash = gv.Dashboard(model, loss, capture=cap, height=520)
 dash"""),
@@ -409,4 +420,4 @@ if __name__ == "__main__":
     write("02_what_if.ipynb", WHAT_IF)
     write("03_backprop_step_by_step.ipynb", STEP_BY_STEP)
     write("05_share_and_compare.ipynb", SHARE_AND_COMPARE)
-    write("03_gradient_flow.ipynb", GRADIENT_FLOW)
+    write("04_gradient_flow_and_adapters.ipynb", GRADIENT_FLOW)

@@ -81,10 +81,12 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
 
     # -- selection ----------------------------------------------------------------------------------
     def select(self, layer: str) -> None:
-        """Select ``layer`` (a module path) in the charts and its module in the graph."""
-        if layer not in self.layers:
-            raise GradvizError(f"no layer {layer!r}; layers: {self.layers[:8]}...")
-        self.source.selected.indices = [self.layers.index(layer)]
+        """Select ``layer`` (a module path: a charted layer, or a module holding charted layers, such as a
+        LoRA-wrapped projection flagged as a dead adapter) in the charts and its module in the graph."""
+        under = [i for i, name in enumerate(self.layers) if name == layer or name.startswith(f"{layer}.")]
+        if not under:
+            raise GradvizError(f"no layer {layer!r} or under it; layers: {self.layers[:8]}...")
+        self.source.selected.indices = under
 
     @property
     def selected_layers(self) -> list[str]:
