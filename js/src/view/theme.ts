@@ -44,6 +44,12 @@ function parseColor(probe: HTMLElement, value: string): { rgb: Rgb; alpha: numbe
   return { rgb: [parts[0], parts[1], parts[2]], alpha: parts.length > 3 ? parts[3] : 1 };
 }
 
+/** "#rrggbb" -> rgb, with no help from the browser (works while the element is detached). */
+function parseHex(value: string): Rgb {
+  const m = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(value);
+  return m ? [parseInt(m[1], 16), parseInt(m[2], 16), parseInt(m[3], 16)] : [128, 128, 128];
+}
+
 const hex = ([r, g, b]: Rgb): string =>
   "#" + [r, g, b].map((v) => Math.round(Math.max(0, Math.min(255, v))).toString(16).padStart(2, "0")).join("");
 
@@ -63,7 +69,9 @@ export function readTheme(el: HTMLElement): Theme {
         // Translucent theme colours (JupyterLab's text is rgba) are flattened onto the background.
         if (c) return over && c.alpha < 1 ? mix(over, c.rgb, c.alpha) : c.rgb;
       }
-      return parseColor(probe, fallback)!.rgb;
+      // A widget rendered into a container that is not on the page yet (an ipywidgets HBox) has no
+      // computed styles at all: fall back to the literal hex colour.
+      return parseColor(probe, fallback)?.rgb ?? parseHex(fallback);
     };
     const bg = pick(["--jp-layout-color0", "--vscode-editor-background"], "#ffffff");
     const dark = luminance(bg) < 0.5;
