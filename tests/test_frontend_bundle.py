@@ -82,7 +82,8 @@ def test_click_box_expands_then_collapses_keeping_its_place(browser: Any, tmp_pa
     p.click_box("blocks.0.fc")
     assert p.js("() => gv.model.state.expanded") == ["blocks.0", "blocks.0.fc"]
     assert p.counts()["nodes"] == 8
-    assert p.js("() => gv.hook.cy.$id('n:6').parent().id()") == "c:blocks.0.fc"
+    assert p.js("() => gv.hook.cy.$id('n:6').data('box')") == "c:blocks.0.fc"  # drawn inside that open box
+    assert p.js("() => gv.hook.cy.$id('c:blocks.0.fc').boundingBox().y1 < gv.hook.cy.$id('n:6').position().y")
     p.page.screenshot(path=str(tmp_path / "expanded.png"))
     # Clicking the open outer box (its top edge, not a child) collapses it and everything inside.
     p.click_box("blocks.0")

@@ -79,7 +79,7 @@ class Page(MountedPage):
     def positions(self) -> dict[str, Any]:
         return dict(
             self.js(
-                "() => Object.fromEntries(gv.hook.cy.nodes().filter((n) => !n.isParent())"
+                "() => Object.fromEntries(gv.hook.cy.nodes().filter((n) => n.data('kind') !== 'expanded')"
                 ".map((n) => [n.id(), n.position()]))"
             )
         )
@@ -265,8 +265,8 @@ def test_gpt2_124m_toggle_restyles_without_layout(browser: Any, tmp_path: Path) 
     p.page.click("[data-testid=gradviz-whatif-toggle]")
     # The tensor leaving blocks.5's last op: put it on screen at 1:1 and click it.
     key = p.js(
-        "() => gv.hook.cy.edges().filter((e) => e.source().parent().id() === 'c:blocks.5'"
-        " && e.target().parent().id() !== 'c:blocks.5' && !e.hasClass('ghost'))[0].id()"
+        "() => gv.hook.cy.edges().filter((e) => e.source().data('box') === 'c:blocks.5'"
+        " && e.target().data('box') !== 'c:blocks.5' && !e.hasClass('ghost'))[0].id()"
     )
     p.js("(k) => { const cy = gv.hook.cy; cy.zoom(1); cy.center(cy.$id(k)); }", key)
     before = p.positions()

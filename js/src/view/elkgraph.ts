@@ -17,8 +17,10 @@ export interface Point {
 }
 
 export interface Layout {
-  /** Centre positions of the non-compound items (compound boxes follow their children). */
+  /** Centre positions of every item (open boxes included). */
   positions: Map<string, Point>;
+  /** Open boxes: their size as ELK laid them out (header padding included). */
+  boxes: Map<string, Size>;
   /** Edge key -> ELK's route in absolute coordinates: start, bends, end. */
   routes: Map<string, Point[]>;
 }
@@ -77,9 +79,12 @@ export function toElk(graph: VisibleGraph, sizeOf: (key: string) => Size): ElkNo
   return root;
 }
 
-/** ELK positions are relative to the parent box and top-left based; Cytoscape wants absolute centres. */
+/** ELK positions are relative to the parent box and top-left based; Cytoscape wants absolute centres.
+ *  Open boxes come out as plain rectangles (centre + size): the view draws them behind their members
+ *  instead of as Cytoscape compounds, whose restyles cascade through every ancestor. */
 export function fromElk(root: ElkNode): Layout {
   const out = new Map<string, Point>();
+  const boxes = new Map<string, Size>();
   const routes = new Map<string, Point[]>();
   const walk = (node: ElkNode, dx: number, dy: number): void => {
     for (const edge of node.edges ?? []) {
@@ -89,10 +94,13 @@ export function fromElk(root: ElkNode): Layout {
     for (const child of node.children ?? []) {
       const x = dx + (child.x ?? 0);
       const y = dy + (child.y ?? 0);
-      if (child.children && child.children.length > 0) walk(child, x, y);
-      else out.set(child.id, { x: x + (child.width ?? 0) / 2, y: y + (child.height ?? 0) / 2 });
+      out.set(child.id, { x: x + (child.width ?? 0) / 2, y: y + (child.height ?? 0) / 2 });
+      if (child.children && child.children.length > 0) {
+        boxes.set(child.id, { width: child.width ?? 0, height: child.height ?? 0 });
+        walk(child, x, y);
+      }
     }
   };
   walk(root, 0, 0);
-  return { positions: out, routes };
+  return { positions: out, boxes, routes };
 }

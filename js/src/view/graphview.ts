@@ -3,6 +3,7 @@ import cytoscape from "cytoscape";
 import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytoscape";
 import { collapsedLabel, expandedLabel, ghostLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
+import { BOX_PADDING } from "./elkgraph";
 import { LayoutEngine, type Point, type Size } from "./layout";
 import { toSegments } from "./segments";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
@@ -99,7 +100,7 @@ export class GraphView {
     for (const type of POINTER_EVENTS) container.addEventListener(type, this.invalidateOffsets, { capture: true, passive: true });
     let lastEvent: Event | undefined;
     this.cy.on("tap", (e: EventObject) => {
-      // One physical click can reach us more than once while bubbling through compound parents.
+      // One physical click can reach us more than once (Cytoscape's tap can repeat per target).
       if (e.originalEvent && e.originalEvent === lastEvent) return;
       lastEvent = e.originalEvent;
       const shift = !!(e.originalEvent as MouseEvent | undefined)?.shiftKey;
@@ -134,17 +135,30 @@ export class GraphView {
       sizes.set(item.key, size);
     }
     const started = performance.now();
-    const { positions, routes } = await this.engine.layout(graph, (key) => sizes.get(key)!);
+    const { positions, boxes, routes } = await this.engine.layout(graph, (key) => sizes.get(key)!);
     if (generation !== this.generation) return false;
     this.lastLayoutMs = performance.now() - started;
     const elements: ElementDefinition[] = [];
+    // Open boxes are plain nodes drawn behind their members (z by depth), not compounds: a restyle
+    // of one element then touches that element only. Their top is trimmed by the header room ELK
+    // keeps (BOX_PADDING.top), so the header label sits above the box as before.
+    const depth = new Map<string, number>();
     for (const item of graph.items) {
-      const size = sizes.get(item.key);
+      const z = item.parent ? (depth.get(item.parent) ?? 0) + 1 : 0;
+      depth.set(item.key, z);
+      let size = sizes.get(item.key);
+      let position = positions.get(item.key);
+      const box = item.type === "expanded" ? boxes.get(item.key) : undefined;
+      if (box && position) {
+        const trim = BOX_PADDING.top - BOX_PADDING.side;
+        size = { width: box.width, height: box.height - trim };
+        position = { x: position.x, y: position.y + trim / 2 };
+      }
       elements.push({
         group: "nodes",
         data: {
           id: item.key,
-          ...(item.parent ? { parent: item.parent } : {}),
+          ...(item.parent ? { box: item.parent } : {}),
           kind: item.type === "node" ? item.node.kind : item.type,
           label: labelOf(item),
           w: size?.width ?? 10,
@@ -152,8 +166,9 @@ export class GraphView {
           base: labelOf(item),
           bw: size?.width ?? 10,
           bh: size?.height ?? 10,
+          z,
         },
-        position: positions.get(item.key),
+        position,
       });
     }
     for (const e of graph.edges) {
@@ -247,7 +262,7 @@ export class GraphView {
    *  centred on the first row of nodes. */
   fitReadable(): void {
     this.fit();
-    const leaves = this.cy.nodes().filter((n) => !n.isParent());
+    const leaves = this.cy.nodes().filter((n) => n.data("kind") !== "expanded");
     if (this.cy.zoom() >= READABLE_ZOOM || leaves.empty()) return;
     const top = Math.min(...leaves.map((n) => n.boundingBox().y1));
     const firstRow = leaves.filter((n) => n.boundingBox().y1 < top + 120);
@@ -284,7 +299,7 @@ export class GraphView {
     if (n.empty()) return null;
     const rect = this.cy.container()!.getBoundingClientRect();
     const client = (p: Point) => ({ x: rect.left + p.x, y: rect.top + p.y });
-    if (!n.isParent()) return client(n.renderedPosition());
+    if (n.data("kind") !== "expanded") return client(n.renderedPosition());
     const bb = n.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
     const withLabel = n.renderedBoundingBox({ includeLabels: true, includeOverlays: false });
     const mid = (bb.x1 + bb.x2) / 2;

@@ -48,6 +48,9 @@ export function stylesheet(t: Theme): StylesheetJson {
         "border-width": 1,
         "border-color": t.border,
         "min-zoomed-font-size": 5,
+        // Manual stacking: open boxes (z = depth) under edges (50) under nodes (100).
+        "z-index-compare": "manual",
+        "z-index": 100,
       },
     },
     { selector: 'node[kind = "op"]', style: { "background-color": t.panelAlt } },
@@ -79,7 +82,6 @@ export function stylesheet(t: Theme): StylesheetJson {
         "border-color": t.brand,
         "border-width": 1,
         "border-opacity": 0.6,
-        padding: "12px",
         "text-valign": "top",
         "text-halign": "center",
         "text-margin-y": -4,
@@ -87,10 +89,8 @@ export function stylesheet(t: Theme): StylesheetJson {
         color: t.brand,
         "text-events": "yes",
         "min-zoomed-font-size": 4,
-        // A compound's size follows its children: constants here keep Cytoscape from re-applying
-        // the mapped data(w) / data(h) of every node on each restyle of a box.
-        width: 1,
-        height: 1,
+        // Open boxes are plain nodes behind their members: outer boxes lowest.
+        "z-index": "data(z)",
       },
     },
     {
@@ -116,6 +116,8 @@ export function stylesheet(t: Theme): StylesheetJson {
         "min-zoomed-font-size": 7,
         // Edges take no clicks: a click on an edge drawn across a box's header goes to the box.
         events: "no",
+        "z-index-compare": "manual",
+        "z-index": 50,
       },
     },
     // Thicker for more tensors: plain values per range, not a per-element mapping (mapped properties
@@ -256,7 +258,7 @@ export function stylesheet(t: Theme): StylesheetJson {
         "text-background-opacity": 1,
         "text-background-padding": "2px",
         "min-zoomed-font-size": 4,
-        "z-index": 10,
+        "z-index": 60,
       },
     },
   ];

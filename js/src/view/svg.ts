@@ -83,8 +83,8 @@ export function toSVG(cy: Core, background: string, fontFamily: string): string 
     return ` marker-${start ? "start" : "end"}="url(#${id})"`;
   };
   const nodes = (cy.nodes().toArray() as NodeSingular[]).filter((n) => n.visible());
-  const isBox = (n: NodeSingular): boolean => n.isParent() || n.data("kind") === "expanded";
-  const depth = (n: NodeSingular): number => n.ancestors().length;
+  const isBox = (n: NodeSingular): boolean => n.data("kind") === "expanded";
+  const depth = (n: NodeSingular): number => Number(n.data("z")) || 0;
   const boxes = nodes.filter(isBox).sort((a, b) => depth(a) - depth(b));
   const parts: string[] = [];
   boxes.forEach((n) => {
