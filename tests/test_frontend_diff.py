@@ -79,6 +79,10 @@ def test_lora_added_colours_badges_legend_and_summary(browser: Any, tmp_path: Pa
     p.js("(id) => gv.model.set('selected', id)", changed)
     details = p.text("gradviz-details")
     assert "changed" in details and "inputs" in details
+    # ... and what it holds for backward, before -> after, where that moved.
+    held = next(iter(data["diff"]["memory"]))
+    p.js("(id) => gv.model.set('selected', id)", held)
+    assert "saved for backward" in p.text("gradviz-details") and "→" in p.text("gradviz-details")
     p.js("() => gv.model.set('selected', '')")
     p.page.click("[data-testid=gradviz-fit]")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

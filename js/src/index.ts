@@ -325,7 +325,12 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     if (node) {
       const rows = nodeDetails(node);
       const st = diff?.status[node.id];
-      if (diff && st) rows.push(["diff", st], ...(diff.why[node.id] ? [["why", diff.why[node.id]] as [string, string]] : []));
+      if (diff && st) {
+        rows.push(["diff", st]);
+        if (diff.why[node.id]) rows.push(["why", diff.why[node.id]]);
+        const mem = diff.memory[node.id];
+        if (mem) rows.push(["saved for backward", `${withUnit(mem[0], "B")} → ${withUnit(mem[1], "B")}`]);
+      }
       details.show(nodeTitle(node), rows);
       view.select(nodeKey(node.id));
     } else if (call) {
