@@ -30,8 +30,17 @@ test("edges live in the innermost box holding both ends", () => {
 test("ELK lays out top to bottom; members sit inside their boxes", async () => {
   const g = visibleGraph(nested, expandAll(index), index);
   const result = await new ELK().layout(toElk(g, size));
-  const { positions, routes } = fromElk(result);
-  for (const item of g.items) if (item.type !== "expanded") assert.ok(positions.has(item.key), item.key);
+  const { positions, boxes, routes } = fromElk(result);
+  for (const item of g.items) assert.ok(positions.has(item.key), item.key);
+  // Open boxes come with their size, and hold their members (the view draws them as plain nodes).
+  for (const item of g.items) {
+    if (item.type === "expanded") assert.ok(boxes.has(item.key), item.key);
+    if (!item.parent) continue;
+    const c = positions.get(item.parent)!;
+    const b = boxes.get(item.parent)!;
+    const p = positions.get(item.key)!;
+    assert.ok(Math.abs(p.x - c.x) < b.width / 2 && Math.abs(p.y - c.y) < b.height / 2, `${item.key} in ${item.parent}`);
+  }
   // Inputs above, the loss at the bottom.
   const y = (id: string) => positions.get(nodeKey(id))!.y;
   assert.ok(y("1") < y("4") && y("4") < y("6") && y("6") < y("13") && y("13") < y("14"));
