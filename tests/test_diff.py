@@ -42,6 +42,15 @@ def test_lora_adapters_are_exactly_the_added_leaves() -> None:
     assert "leaves added (12)" in d.summary()
 
 
+def test_removing_adapters_is_the_mirror_image() -> None:
+    before, after = _gpt2(lora=True), _gpt2()
+    d = gv.diff(before, after)
+    lora = sorted(n for n in before.leaves() if "lora_" in n)
+    assert d.removed_leaves == lora and d.lost == lora  # the base weights are matched, not added/removed
+    assert d.added_leaves == [] and d.gained == [] and d.added == []
+    assert "modules unwrapped: blocks." in d.summary()
+
+
 def test_frozen_base_loses_gradient_path() -> None:
     d = gv.diff(_gpt2(), _gpt2(lora=True, freeze_base=True))
     assert d.added_leaves == d.gained and all("lora_" in n for n in d.added_leaves)

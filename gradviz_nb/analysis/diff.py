@@ -63,13 +63,12 @@ class GraphDiff:
     def memory_moved(self) -> dict[str, tuple[int, int]]:
         """Module path -> (activation bytes before, after) where it changed (``""`` = the whole graph)."""
         by_path: dict[str, list[int]] = {}
-        sides: list[tuple[AutogradGraph, MemoryReport, dict[str, str]]] = [
-            (self.before, self.memory_before, {}), (self.after, self.memory_after, self.renamed_modules)]
-        for side, (graph, mem, renamed) in enumerate(sides):
+        sides = [(self.before, self.memory_before), (self.after, self.memory_after)]
+        for side, (graph, mem) in enumerate(sides):
             paths = {c["id"]: c["path"] for c in graph.calls}
             for call, b in mem.per_call.items():
                 if call:
-                    by_path.setdefault(_unwrap(paths[call], renamed), [0, 0])[side] += b
+                    by_path.setdefault(_unwrap(paths[call], self.renamed_modules), [0, 0])[side] += b
         by_path[""] = [self.memory_before.activations, self.memory_after.activations]
         return {p: (b, a) for p, (b, a) in sorted(by_path.items()) if b != a}
 
@@ -99,7 +98,11 @@ class GraphDiff:
         if ops_removed:
             lines.append("ops removed: " + ", ".join(f"{op} x{n}" for op, n in ops_removed.most_common(6)))
         if self.renamed_modules:
-            lines.append("modules wrapped: " + _short([f"{a} -> {b}" for a, b in self.renamed_modules.items()]))
+            after_paths = {c["path"] for c in self.after.calls}
+            if any(wrapper in after_paths for wrapper in self.renamed_modules.values()):
+                lines.append("modules wrapped: " + _short([f"{a} -> {b}" for a, b in self.renamed_modules.items()]))
+            else:
+                lines.append("modules unwrapped: " + _short([f"{b} -> {a}" for a, b in self.renamed_modules.items()]))
         b, a = self.memory_before.activations, self.memory_after.activations
         if b != a:
             pct = f" ({(a - b) / b:+.0%})" if b else ""
@@ -171,8 +174,10 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
         print(d.summary())
         widget = gv.GraphWidget(d.merged()); widget.diff = d.to_payload()
     """
-    renamed = _wrapped_modules(before, after)
-    keys_b = _keys(before, {})
+    # Wrapping in either direction (plain -> LoRA, or LoRA -> plain): each renamed path exists on one side
+    # only, so one mapping unwraps both.
+    renamed = {**_wrapped_modules(before, after), **_wrapped_modules(after, before)}
+    keys_b = _keys(before, renamed)
     keys_a = _keys(after, renamed)
     node_of_a = {k: n for n, k in keys_a.items()}
     matched = {b: node_of_a[k] for b, k in keys_b.items() if k in node_of_a}
@@ -185,17 +190,17 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
             changed.append(NodeChange(b, a, _key_text(keys_b[b]), why))
         else:
             same.append((b, a))
-    reach_b, reach_a = _reached_leaves(before, {}), _reached_leaves(after, renamed)
+    reach_b, reach_a = _reached_leaves(before, renamed), _reached_leaves(after, renamed)
     opaque = any(d["op"] == OPAQUE_CHECKPOINT for _, d in after.nx.nodes(data=True))
-    leaves_b, leaves_a = _leaf_names(before), _leaf_names(after, renamed)
-    gone = sorted(n for n in reach_b if n not in reach_a)
+    leaves_b, leaves_a = _leaf_names(before, renamed), _leaf_names(after, renamed)
+    gone = sorted(leaves_b.get(n, n) for n in reach_b if n not in reach_a)
     return GraphDiff(
         added=[n for n in after.nx if n not in matched_a],
         removed=[n for n in before.nx if n not in matched],
         changed=changed,
         same=same,
         added_leaves=sorted(leaves_a[n] for n in leaves_a if n not in leaves_b),
-        removed_leaves=sorted(n for n in leaves_b if n not in leaves_a),
+        removed_leaves=sorted(leaves_b[n] for n in leaves_b if n not in leaves_a),
         gained=sorted(leaves_a.get(n, n) for n in reach_a if n not in reach_b),
         lost=[] if opaque else gone,
         hidden=gone if opaque else [],
