@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,6 +10,10 @@ from typing import Any
 import torch
 
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
+
+
+# (device, storage address) -> (storage index, holds a parameter?) for one walk
+Storages = dict[tuple[Any, int], tuple[int, bool]]
 
 
 @dataclass
@@ -36,6 +41,7 @@ def op_name(node: Any) -> str:
     return name
 
 
+@functools.cache
 def short_op(op: str) -> str:
     """``"AddmmBackward0"`` -> ``"Addmm"``: the forward op a backward node undoes."""
     return _BACKWARD_SUFFIX.sub("", op) or op
@@ -62,7 +68,7 @@ def _outputs_of(node: Any) -> list[tuple[list[int] | None, str]]:
 _saved_attrs_by_op: dict[str, tuple[tuple[str, str, str], ...]] = {}
 
 
-def _saved_of(node: Any, op: str, storages: dict[tuple[Any, int], int] | None = None) -> list[dict[str, Any]]:
+def _saved_of(node: Any, op: str, storages: Storages | None = None) -> list[dict[str, Any]]:
     """Tensors saved for backward, read as raw handles: nothing is unpacked or recomputed.
 
     Each entry has ``name``, ``shape``, ``dtype`` and, for memory estimates, ``bytes`` (the tensor's own
@@ -87,7 +93,7 @@ def _saved_of(node: Any, op: str, storages: dict[tuple[Any, int], int] | None = 
     return saved
 
 
-def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[Any, int], int]) -> None:
+def _saved_memory(raw: Any, entry: dict[str, Any], storages: Storages) -> None:
     # SavedTensor.data is what was stored, read without unpack hooks (no recomputation, no version
     # check): the tensor itself, a hook's packed object, or None after backward freed it.
     items = raw if isinstance(raw, (list, tuple)) else [raw]
@@ -105,11 +111,16 @@ def _saved_memory(raw: Any, entry: dict[str, Any], storages: dict[tuple[Any, int
     entry["dtype"] = entry["dtype"] or _dtype_name(t.dtype)
     storage = t.untyped_storage()
     key = (t.device, int(storage.data_ptr()))
+    # One storage is a parameter's or not for every tensor on it: ask once per walk (Parameter's
+    # isinstance check is slow).
+    if key not in storages:
+        storages[key] = (len(storages), _is_parameter(t))
+    index, param = storages[key]
     entry.update(
         bytes=sum(x.numel() * x.element_size() for x in tensors),
-        storage=storages.setdefault(key, len(storages)),
+        storage=index,
         storage_bytes=int(storage.nbytes()),
-        param=_is_parameter(t),
+        param=param,
     )
 
 
@@ -143,7 +154,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
             if nxt is not None and nxt not in keys:
                 keys[nxt] = -1
                 stack.append(nxt)
-    storages: dict[tuple[Any, int], int] = {}
+    storages: Storages = {}
     for fn in order:
         op = op_name(fn)
         raw = RawNode(
