@@ -13,6 +13,7 @@ Use from a test module::
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ def browser() -> Iterator[Any]:
     if not BUNDLE.exists():
         pytest.skip("bundle not built: cd js && npm ci && npm run build")
     if not Path(CHROMIUM).exists():
+        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"CI is set and there is no Chromium at {CHROMIUM} (apt-get install -y chromium)")
         pytest.skip(f"no Chromium at {CHROMIUM}")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
