@@ -281,6 +281,14 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       .then((applied) => {
         if (applied) {
           root.dataset.layoutMs = String(Math.round(view.lastLayoutMs));
+          root.dataset.simpleLayout = String(view.simpleLayout);
+          if (view.simpleLayout) {
+            toolbar.setMessage(
+              `Large graph: ${shown} items on screen, drawn with a plain layered layout (straight edges; open ` +
+                "boxes may overlap). " +
+                (index.order.length ? "Collapse module boxes for the full layout." : "Capture modules (gv.capture) to get collapsible boxes."),
+            );
+          }
           wiDeco = null;
           showSelection();
           applyWhatIf();

@@ -56,6 +56,10 @@ export class GraphView {
   private measureCtx: CanvasRenderingContext2D | null;
   private theme: Theme;
   lastLayoutMs = 0;
+  /** The last layout was the plain fallback for graphs too big for ELK. */
+  get simpleLayout(): boolean {
+    return this.engine.simple;
+  }
   /** The graph currently drawn (null before the first layout). */
   shown: VisibleGraph | null = null;
   private whatIfMode = false;
