@@ -5,19 +5,12 @@ from __future__ import annotations
 import json
 
 import torch
+from graphs import traced_gpt2
 
 import gradviz_nb as gv
-from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, add_lora, gpt2_loss
+from gradviz_nb.demo_models import MLP
 
-
-def _gpt2(checkpoint: str | None = None, lora: bool = False, freeze_base: bool = False) -> gv.AutogradGraph:
-    torch.manual_seed(0)
-    model = GPT2(GPT2Config.small_test(checkpoint=checkpoint))  # type: ignore[arg-type]
-    if lora:
-        add_lora(model, freeze_base=freeze_base)
-    with gv.capture(model) as cap:
-        loss = gpt2_loss(model)
-    return gv.trace(loss, model=model, capture=cap)
+_gpt2 = traced_gpt2
 
 
 def test_identical_graphs_are_all_same() -> None:

@@ -10,19 +10,12 @@ from pathlib import Path
 import networkx as nx
 import pytest
 import torch
+from graphs import traced_gpt2
 
 import gradviz_nb as gv
-from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, TwiceCalled, add_lora, gpt2_loss
+from gradviz_nb.demo_models import MLP, TwiceCalled
 
-
-def _gpt2(checkpoint: str | None = None, lora: bool = False) -> gv.AutogradGraph:
-    torch.manual_seed(0)
-    model = GPT2(GPT2Config.small_test(checkpoint=checkpoint))  # type: ignore[arg-type]
-    if lora:
-        add_lora(model, freeze_base=False)
-    with gv.capture(model) as cap:
-        loss = gpt2_loss(model)
-    return gv.trace(loss, model=model, capture=cap)
+_gpt2 = traced_gpt2
 
 
 def _mlp() -> gv.AutogradGraph:

@@ -36,10 +36,16 @@ test("closed boxes count the changes inside; nodes get df- classes and marks whe
 });
 
 test("a box only 'before' had is removed as a whole; lost leaves are marked", () => {
+  // Reentrant checkpointing hides blocks.0's inside: its attention box held only removed nodes.
+  const ckpt = fixture.checkpointed;
+  const ckptIndex = indexCalls(ckpt.graph);
+  const hidden = diffDecorations(ckpt.graph, visibleGraph(ckpt.graph, expandAll(ckptIndex), ckptIndex), ckpt.diff, ckptIndex);
+  assert.equal(hidden.classes.get("c:blocks.0.attn"), "df-removed");
+  // Removing the adapters: their leaves are removed and lost; the unwrapped base Linear is matched.
   const { graph, diff } = fixture.removed;
   const index = indexCalls(graph);
   const deco = diffDecorations(graph, visibleGraph(graph, expandAll(index), index), diff, index);
-  assert.equal(deco.classes.get("c:blocks.0.attn.c_attn.base"), "df-removed");
+  assert.equal(deco.classes.get("c:blocks.0.attn.c_attn.base"), undefined);
   const b = graph.nodes.find((n) => n.names.includes("blocks.0.attn.c_attn.lora_B"))!;
   assert.equal(deco.classes.get("n:" + b.id), "df-removed df-lost");
   assert.equal(badgeText({ added: 0, removed: 2, changed: 0 }), "Δ 2 removed");
