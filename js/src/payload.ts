@@ -70,6 +70,72 @@ export interface GraphPayload {
   /** Detached / frozen tensors seen in the forward pass but absent from the backward graph. */
   ghosts: GhostTensor[];
   meta: GraphMeta;
+  /** Lazy mode (big graphs, issue 7): present when `nodes` holds full records only for the calls in
+   *  `loaded` and `edges` is empty; the page rebuilds the whole graph from this compact wiring, with
+   *  placeholder records for nodes not loaded yet, and asks for a call's records (`LoadRequest`)
+   *  before it draws that call open. Absent: `nodes` and `edges` are complete (eager mode). */
+  wiring?: Wiring;
+  /** Lazy mode: call ids whose direct member nodes are in `nodes` ("" = the top level). */
+  loaded?: string[];
+  /** Runs of consecutive sibling calls with identical structure, drawn folded as one stacked box
+   *  ("48 × Block") until unfolded. Optional (older payloads have none). */
+  folds?: FoldGroup[];
+}
+
+/**
+ * The whole graph's topology in compact arrays (lazy mode): enough for the visible quotient graph,
+ * what-if and search over every node, at a few tens of bytes per node instead of ~480.
+ */
+export interface Wiring {
+  /** Node ids, in the order of the eager payload's `nodes`. */
+  ids: string[];
+  /** One character per node: "o" op, "l" leaf, "r" root. */
+  kinds: string;
+  /** Per node: index into `GraphPayload.calls` of its call, -1 for the top level. */
+  calls: number[];
+  /** Distinct op names (GraphNode.op); `op[i]` indexes this table. */
+  ops: string[];
+  op: number[];
+  /** Per node: GraphNode.label. */
+  labels: string[];
+  /** Leaves only: node index (as a string key) -> GraphNode.names. */
+  names: Record<string, string[]>;
+  /** Every edge slot of the eager payload's `edges`, in order, flat: source index, target index,
+   *  output_nr, input_nr (4 numbers per slot). Shapes come with the chunks. */
+  edges: number[];
+}
+
+/** Page -> Python (lazy mode): send me the records of these calls' direct member nodes. */
+export interface LoadRequest {
+  kind: "load";
+  calls: string[];
+}
+
+/** Python -> page: the answer to a `LoadRequest` (`error` set, chunks empty, when it failed). */
+export interface LoadReply {
+  kind: "chunks";
+  chunks: Chunk[];
+  error?: string;
+}
+
+/** The full records of one call's direct member nodes, and the shapes of the edge slots that touch
+ *  them (slot index into `Wiring.edges` / 4). */
+export interface Chunk {
+  call: string;
+  nodes: GraphNode[];
+  edge_shapes: [number, number[] | null][];
+}
+
+/** Consecutive calls under one parent whose structure is identical (same module type, same nested
+ *  calls, same ops): `blocks.0` ... `blocks.47`. */
+export interface FoldGroup {
+  /** "fold:<first call id>". */
+  id: string;
+  /** The calls folded together, in order (at least FOLD_MIN of Python's payload.py). */
+  calls: string[];
+  /** Their common parent call id ("" = top level) and module type. */
+  parent: string;
+  type: string;
 }
 
 /**
