@@ -43,6 +43,14 @@ export interface Anchor {
   rendered: { x: number; y: number };
 }
 
+export interface ShowOptions {
+  anchor?: Anchor;
+  fit?: boolean;
+  /** One user expand / collapse / unfold: re-lay out only the changed region and shift the rest,
+   *  when a previous layout exists (falls back to a full layout otherwise). */
+  incremental?: boolean;
+}
+
 /** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
 const READABLE_ZOOM = 0.75;
 const POINTER_EVENTS = ["mousedown", "touchstart", "pointerdown", "wheel", "mouseover"] as const;
@@ -124,7 +132,7 @@ export class GraphView {
   }
 
   /** Lay out and draw `graph`. Resolves false when a newer call superseded this one. */
-  async show(graph: VisibleGraph, options: { anchor?: Anchor; fit?: boolean } = {}): Promise<boolean> {
+  async show(graph: VisibleGraph, options: ShowOptions = {}): Promise<boolean> {
     const generation = ++this.generation;
     const sizes = new Map<string, Size>();
     for (const item of graph.items) {
