@@ -15,7 +15,11 @@ loss and in one process:
 (a) ``gv.trace(loss, model=m, capture=cap)``: median wall and process-CPU time of ``--repeats`` calls
     (GC off while timing), and the peak Python heap of one more call under ``tracemalloc``;
 (b) torchviz ``make_dot(loss, params=...)``: the same (the ``Digraph`` object only, no render);
-(c) the widget payload: ``len(json.dumps(to_payload(g)))`` and the time of ``to_payload`` + ``dumps``.
+(c) the widget payload: ``len(json.dumps(to_payload(g)))`` and the time of ``to_payload`` + ``dumps``;
+    and the lazy skeleton a big graph's widget really sends first (``gradviz_nb.widgets.lazy``);
+(d) torchview ``draw_graph(model, input_data=tokens, depth=3)``, which builds its graph by running a
+    forward itself, against the same work on our side: a forward inside ``gv.capture`` plus
+    ``gv.trace`` (row "fwd+trace"); skipped above ``--torchview-max-nodes``.
 
 It prints a table with microseconds per autograd node and the ratio trace/make_dot, then a
 least-squares fit ``cpu = a + b * nodes`` per row (``b`` = marginal cost per node, R^2), the
@@ -82,6 +86,10 @@ class SizeResult:
     dot_note: str = ""
     payload_bytes: int = 0
     payload: Stats | None = None
+    lazy_bytes: int = 0  # the lazy skeleton (0 when gradviz_nb.widgets.lazy is not there)
+    fwd_trace: Stats | None = None  # forward in gv.capture + gv.trace, to set against torchview
+    tv: Stats | None = None
+    tv_note: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -122,7 +130,7 @@ def peak_python_bytes(fn: Callable[[], object]) -> int:
     return peak
 
 
-def bench_size(gv: Any, target: int, repeats: int) -> SizeResult:
+def bench_size(gv: Any, target: int, repeats: int, torchview_max: int) -> SizeResult:
     """Build a GPT-2 of about ``target`` autograd nodes and measure every row on it."""
     from gradviz_nb.widgets.payload import to_payload
 
@@ -147,6 +155,33 @@ def bench_size(gv: Any, target: int, repeats: int) -> SizeResult:
 
     res.payload_bytes = payload()
     res.payload = measure(payload, repeats)
+    try:
+        from gradviz_nb.widgets.lazy import lazy_payload
+    except ImportError:
+        pass
+    else:
+        res.lazy_bytes = len(json.dumps(lazy_payload(g, [""])))
+
+    def fwd_trace() -> Any:
+        with gv.capture(model) as c:
+            out = gpt2_loss(model, batch=1, seq=8)
+        return gv.trace(out, model=model, capture=c)
+
+    tv_repeats = max(1, min(repeats, 3))
+    if res.nodes > torchview_max:
+        res.tv_note = f"skipped above {torchview_max:,} nodes"
+    else:
+        try:
+            from torchview import draw_graph
+        except ImportError as exc:
+            res.tv_note = f"skipped: {exc}"
+        else:
+            tokens = torch.randint(0, 101, (1, 8), generator=torch.Generator().manual_seed(0))
+            res.fwd_trace = measure(fwd_trace, tv_repeats)
+            try:
+                res.tv = measure(lambda: draw_graph(model, input_data=tokens, depth=3), tv_repeats)
+            except Exception as exc:  # report, do not die: the other rows stand
+                res.tv_note = f"failed: {type(exc).__name__}"
 
     try:
         from torchviz import make_dot
@@ -194,9 +229,9 @@ def print_tables(results: list[SizeResult]) -> None:
     print(
         "| n_layer | autograd nodes | gv.trace cpu ms | wall ms | us/node | py peak MB "
         "| make_dot cpu ms | wall ms | us/node | py peak MB | trace/make_dot cpu | payload MB | B/node "
-        "| payload cpu ms | n |"
+        "| payload cpu ms | lazy first payload B/node | fwd+trace ms | torchview ms | fwd+trace/torchview | n |"
     )
-    print("|" + "---:|" * 15)
+    print("|" + "---:|" * 19)
     for r in results:
         tr, dt, pl = r.trace, r.dot, r.payload
         assert tr is not None and pl is not None
@@ -214,7 +249,10 @@ def print_tables(results: list[SizeResult]) -> None:
         print(
             f"| {r.n_layer} | {r.nodes:,} | {fmt_ms(tr.cpu)} | {fmt_ms(tr.wall)} | "
             f"{tr.cpu / r.nodes * 1e6:.1f} | {fmt_mb(r.trace_peak)} | {' | '.join(dot_cells)} | "
-            f"{fmt_mb(r.payload_bytes)} | {r.payload_bytes / r.nodes:.0f} | {fmt_ms(pl.cpu)} | {tr.n} |"
+            f"{fmt_mb(r.payload_bytes)} | {r.payload_bytes / r.nodes:.0f} | {fmt_ms(pl.cpu)} | "
+            f"{f'{r.lazy_bytes / r.nodes:.0f}' if r.lazy_bytes else '-'} | "
+            f"{fmt_ms(r.fwd_trace.cpu) if r.fwd_trace else '-'} | {fmt_ms(r.tv.cpu) if r.tv else r.tv_note or '-'} | "
+            f"{f'{r.fwd_trace.cpu / r.tv.cpu:.2f}x' if r.fwd_trace and r.tv else '-'} | {tr.n} |"
         )
     if len(results) < 2:
         print("\n(one size only: no linearity check)")
@@ -230,6 +268,9 @@ def print_tables(results: list[SizeResult]) -> None:
         ("make_dot py peak", [float(r.dot_peak) for r in results] if all(r.dot for r in results) else None),
         ("payload bytes", [float(r.payload_bytes) for r in results]),
         ("payload cpu", [r.payload.cpu for r in results if r.payload]),
+        ("lazy first payload bytes", [float(r.lazy_bytes) for r in results] if all(r.lazy_bytes for r in results)
+         else None),
+        ("torchview cpu", [r.tv.cpu for r in results] if all(r.tv for r in results) else None),  # type: ignore[union-attr]
     ]
     for label, ys in rows:
         if not ys:
@@ -263,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         f"torch {torch.__version__}",
         f"gradviz_nb {getattr(gv, '__version__', '?')}",
     ]
-    for dist in ("torchviz", "networkx"):
+    for dist in ("torchviz", "torchview", "networkx"):
         try:
             versions.append(f"{dist} {importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
@@ -275,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
     for target in sizes:
         repeats = args.repeats or (3 if args.quick else 5 if target <= 10_000 else 3)
         t0 = time.perf_counter()
-        res = bench_size(gv, target, repeats)
+        res = bench_size(gv, target, repeats, args.torchview_max_nodes)
         results.append(res)
         print(
             f"- ~{target:,}: n_layer {res.n_layer}, {res.nodes:,} autograd nodes ({res.nx_nodes:,} nx nodes), "
@@ -294,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nodes", type=int, default=0, help="skip target sizes above this many nodes")
     ap.add_argument("--repeats", type=int, default=0, help="timed repeats per row (default 5, 3 above 10k nodes)")
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    ap.add_argument("--torchview-max-nodes", type=int, default=60_000, help="skip torchview above this size")
     args = ap.parse_args(argv)
     # torchviz's make_dot (and deep module trees) recurse once per node along the graph's depth.
     sys.setrecursionlimit(1_000_000)
