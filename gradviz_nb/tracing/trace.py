@@ -287,17 +287,20 @@ def _name_calls(g: nx.DiGraph, extra: list[ModuleCall | None]) -> dict[int, str]
         for c in ordered:
             seen[c.path] = index[id(c)] = seen.get(c.path, 0) + 1
     ids = {id(c): c.path if index[id(c)] == 1 else f"{c.path} (call {index[id(c)]})" for c in ordered}
-    size = dict.fromkeys(ids.values(), 0)
-    for n, call in list(g.nodes(data="_call")):
-        attrs = g.nodes[n]
-        attrs.pop("_call", None)
+    members: dict[int, int] = {}  # direct members per call; sizes are summed up the tree below
+    for _, attrs in g.nodes(data=True):
+        call = attrs.pop("_call", None)
         if attrs["kind"] == "root":
             continue
         attrs["call"] = ids[id(call)] if call is not None else ""
         if attrs["kind"] == "op":
             attrs["module"] = call.path if call is not None else ""
-        for c in _chain(call):
-            size[ids[id(c)]] += 1
+        if call is not None:
+            members[id(call)] = members.get(id(call), 0) + 1
+    size = dict.fromkeys(ids.values(), 0)
+    for c in ordered:
+        for a in _chain(c):
+            size[ids[id(a)]] += members.get(id(c), 0)
     g.graph["calls"] = [
         {"id": ids[id(c)], "path": c.path, "type": c.type, "index": index[id(c)],
          "parent": ids[id(p)] if (p := _box(c.parent)) is not None else "", "size": size[ids[id(c)]]}

@@ -144,25 +144,28 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
         if fn not in keys:
             keys[fn] = -1
     order: list[Any] = []
+    nexts: list[Any] = []  # next_functions builds a fresh tuple per call: read it once per node
     while stack:  # iterative DFS: deep graphs (thousands of layers) must not hit the recursion limit
         fn = stack.pop()
         if keys[fn] >= 0:
             continue
         keys[fn] = len(order)
         order.append(fn)
-        for nxt, _ in fn.next_functions:
+        nf = fn.next_functions
+        nexts.append(nf)
+        for nxt, _ in nf:
             if nxt is not None and nxt not in keys:
                 keys[nxt] = -1
                 stack.append(nxt)
     storages: Storages = {}
-    for fn in order:
+    for key, (fn, nf) in enumerate(zip(order, nexts, strict=True)):
         op = op_name(fn)
         raw = RawNode(
-            key=keys[fn],
+            key=key,
             op=op,
             seq=int(fn._sequence_nr()),
             outputs=_outputs_of(fn),
-            inputs=[(keys[n], nr) if n is not None else (-1, nr) for n, nr in fn.next_functions],
+            inputs=[(keys[n], nr) if n is not None else (-1, nr) for n, nr in nf],
             saved=_saved_of(fn, op, storages),
         )
         if op == "AccumulateGrad":
