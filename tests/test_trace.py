@@ -190,3 +190,31 @@ def test_tracing_leaves_user_state_alone() -> None:
     assert not model.training
     loss.backward()  # the graph is still usable
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_fill_digraph_equals_networkx_public_methods() -> None:
+    """trace builds its DiGraph straight into NetworkX's dicts (5x faster): same graph as the public path,
+    including repeated edges (the later attributes win) and edges to nodes not listed (added bare)."""
+    import random
+
+    import networkx as nx
+
+    from gradviz_nb.tracing.trace import fill_digraph
+
+    rng = random.Random(0)
+    for _ in range(20):
+        n = rng.randint(0, 30)
+        nodes = [(f"n{i}", {"kind": "op", "seq": i}) for i in range(n)]
+        edges = [
+            (f"n{rng.randint(0, n + 2)}", f"n{rng.randint(0, n + 2)}", {"slots": [[rng.randint(0, 2), 0]]})
+            for _ in range(rng.randint(0, 60))
+        ]
+        expected = nx.DiGraph()
+        expected.add_nodes_from((k, dict(d)) for k, d in nodes)
+        expected.add_edges_from((u, v, dict(d)) for u, v, d in edges)
+        got = nx.DiGraph()
+        fill_digraph(got, [(k, dict(d)) for k, d in nodes], [(u, v, dict(d)) for u, v, d in edges])
+        assert nx.utils.graphs_equal(got, expected)
+        assert list(got.nodes) == list(expected.nodes) and list(got.edges) == list(expected.edges)
+    with pytest.raises(ValueError):
+        fill_digraph(expected, [], [])

@@ -173,8 +173,7 @@ def _build(
             attrs = _op_attrs(r, shape, dtype)
             attrs["_call"] = call_of[r.key]
         nodes.append((f"n{r.key}", attrs))
-    g.add_nodes_from(nodes)
-    g.add_edges_from(_edges(raw))
+    fill_digraph(g, nodes, _edges(raw))
     for i, ((producer, output_nr), t) in enumerate(zip(root_edges, tensors, strict=True)):
         root = f"root{i}"
         g.add_node(root, kind="root", op="", label=f"output {i}" if len(tensors) > 1 else "output",
@@ -184,6 +183,34 @@ def _build(
                    slots=[[output_nr, 0]])
     g.graph["roots"] = [f"root{i}" for i in range(len(tensors))]
     return g
+
+
+def fill_digraph(
+    g: nx.DiGraph, nodes: list[tuple[str, dict[str, Any]]], edges: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    """``g.add_nodes_from(nodes); g.add_edges_from(edges)`` on an empty graph, 5x faster.
+
+    The public methods copy every attribute dict and check each endpoint (43 ms for 10k nodes and 20k
+    edges against 8.5 ms here: most of what tracing costs more than torchviz). Our nodes and edges are
+    new, distinct and their dicts ours, so they go straight into NetworkX's documented dict-of-dicts
+    (``_node``, ``_succ``, ``_pred``); tests/test_trace.py checks the result equals the public path.
+    """
+    if g.number_of_nodes():
+        raise ValueError("fill_digraph needs an empty graph")
+    node, succ, pred = g._node, g._succ, g._pred
+    for n, attrs in nodes:
+        node[n] = attrs
+        succ[n] = {}
+        pred[n] = {}
+    for u, v, attrs in edges:
+        if u not in node or v not in node or v in succ[u]:  # never for a walk's output; stay correct anyway
+            g.add_edge(u, v, **attrs)
+            continue
+        succ[u][v] = attrs
+        pred[v][u] = attrs
+    clear = getattr(nx, "_clear_cache", None)  # networkx >= 3.3 caches per graph; ours is new, but be exact
+    if clear is not None:
+        clear(g)
 
 
 def _edges(raw: list[RawNode]) -> list[tuple[str, str, dict[str, Any]]]:
