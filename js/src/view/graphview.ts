@@ -4,7 +4,8 @@ import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytosca
 import { collapsedLabel, expandedLabel, ghostLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { BOX_PADDING } from "./elkgraph";
-import { LayoutEngine, type Point, type Size } from "./layout";
+import { findRegion, placeRegion, type Snapshot } from "./incremental";
+import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
 import { toSegments } from "./segments";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
@@ -64,9 +65,15 @@ export class GraphView {
   private measureCtx: CanvasRenderingContext2D | null;
   private theme: Theme;
   lastLayoutMs = 0;
-  /** The last layout was the plain fallback for graphs too big for ELK. */
+  /** The last show() re-laid out only the changed region (incremental) and shifted the rest. */
+  lastLayoutIncremental = false;
+  private simple = false;
+  /** The graph, layout and leaf sizes last drawn: what an incremental show() builds on. */
+  private snapshot: Snapshot | null = null;
+  /** The last layout was the plain fallback for graphs too big for ELK (for an incremental one:
+   *  the picture it builds on, or the region itself, was). */
   get simpleLayout(): boolean {
-    return this.engine.simple;
+    return this.simple;
   }
   /** The graph currently drawn (null before the first layout). */
   shown: VisibleGraph | null = null;
@@ -147,9 +154,14 @@ export class GraphView {
       sizes.set(item.key, size);
     }
     const started = performance.now();
-    const { positions, boxes, routes } = await this.engine.layout(graph, (key) => sizes.get(key)!);
+    const layout = await this.layoutOf(graph, sizes, !!options.incremental);
+    if (!layout) return false;
     if (generation !== this.generation) return false;
     this.lastLayoutMs = performance.now() - started;
+    this.snapshot = { graph, layout: layout.layout, sizes };
+    this.lastLayoutIncremental = layout.incremental;
+    this.simple = layout.simple;
+    const { positions, boxes, routes } = layout.layout;
     const elements: ElementDefinition[] = [];
     // Open boxes are plain nodes drawn behind their members (z by depth), not compounds: a restyle
     // of one element then touches that element only. Their top is trimmed by the header room ELK
@@ -219,6 +231,28 @@ export class GraphView {
     if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
     else if (options.fit) this.fitReadable();
     return true;
+  }
+
+  /** Incremental when asked and possible (one changed region, see incremental.ts), else whole-graph. */
+  private async layoutOf(
+    graph: VisibleGraph,
+    sizes: Map<string, Size>,
+    incremental: boolean,
+  ): Promise<{ layout: Layout; incremental: boolean; simple: boolean } | null> {
+    const sizeOf = (key: string): Size => sizes.get(key)!;
+    const prev = this.snapshot;
+    const generation = this.generation;
+    if (incremental && prev) {
+      const region = findRegion(prev.graph, graph, { prev: prev.sizes, next: sizes });
+      if (region) {
+        const sub = await this.engine.layout(region.sub, sizeOf);
+        if (generation !== this.generation) return null;
+        const placed = placeRegion(prev, graph, region, sub, sizes);
+        if (placed) return { layout: placed.layout, incremental: true, simple: this.simple || this.engine.simple };
+      }
+    }
+    const layout = await this.engine.layout(graph, sizeOf);
+    return { layout, incremental: false, simple: this.engine.simple };
   }
 
   /** Screen point (relative to the canvas) of a box's top-centre, for `Anchor`. */
