@@ -28,12 +28,13 @@ BUNDLE = ROOT / "gradviz_nb" / "static" / "widget.js"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
-# Mount the bundle (imported from a Blob URL, as an exported page does) with the fake model.
+# Mount the bundle (imported from a Blob URL, as an exported page does) with the fake model; the
+# optional third argument is a lazy page's chunks (call id -> Chunk) the fake model answers loads from.
 HARNESS = (
-    "async ([source, state]) => {\n"
+    "async ([source, state, chunks]) => {\n"
     + FAKE_MODEL
     + """
-  const model = gradvizFakeModel(state);
+  const model = gradvizFakeModel(state, chunks || null);
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
   const mod = await import(url);
   const el = document.getElementById("host");
@@ -68,7 +69,8 @@ def browser() -> Iterator[Any]:
 
 class MountedPage:
     """A blank page with the widget mounted on ``state`` (``window.gv``: model, el, cleanup, hook),
-    and what it logged: console errors and page errors in ``errors``, dialogs (dismissed) in ``dialogs``."""
+    and what it logged: console errors and page errors in ``errors``, dialogs (dismissed) in ``dialogs``.
+    ``chunks`` (a lazy ``state``: ``LazyGraph(g).all_chunks()``) lets the fake model answer load requests."""
 
     def __init__(
         self,
@@ -77,6 +79,7 @@ class MountedPage:
         state: dict[str, Any],
         viewport: tuple[int, int] = (1040, 900),
         width: int = 1000,
+        chunks: dict[str, Any] | None = None,
     ) -> None:
         self.errors: list[str] = []
         self.dialogs: list[str] = []
@@ -88,7 +91,7 @@ class MountedPage:
         host = f'<div id="host" style="width:{width}px"></div>'
         html.write_text(f'<!doctype html><html><body style="margin:10px">{host}</body></html>')
         self.page.goto(html.as_uri())
-        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state])
+        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state, chunks])
 
     def _dialog(self, dialog: Any) -> None:
         self.dialogs.append(dialog.message)

@@ -16,11 +16,12 @@ from gradviz_nb.widgets.payload import initial_expanded, to_payload
 CONTRACT = pathlib.Path(__file__).parent.parent / "js" / "src" / "payload.ts"
 
 
-def interface_fields(name: str) -> set[str]:
-    """Field names of a TypeScript interface in payload.ts (one `name: type;` per line)."""
+def interface_fields(name: str, optional: bool = True) -> set[str]:
+    """Field names of a TypeScript interface in payload.ts (one `name: type;` per line); with
+    ``optional=False`` only the required ones (no `?`)."""
     body = re.search(rf"interface {name} \{{(.*?)\n\}}", CONTRACT.read_text(), re.S)
     assert body, name
-    return set(re.findall(r"^\s{2}(\w+)\??:", body.group(1), re.M))
+    return set(re.findall(r"^\s{2}(\w+)" + (r"\??" if optional else "") + ":", body.group(1), re.M))
 
 
 def gpt2_graph(n_layer: int = 12) -> gv.AutogradGraph:
@@ -34,7 +35,9 @@ def gpt2_graph(n_layer: int = 12) -> gv.AutogradGraph:
 def test_payload_has_exactly_the_contract_fields() -> None:
     payload = to_payload(gpt2_graph(2))
     json.dumps(payload)  # plain JSON, nothing else
-    assert set(payload) == interface_fields("GraphPayload")
+    # Eager: everything but the lazy-mode fields (tests/test_lazy.py covers those).
+    assert set(payload) == interface_fields("GraphPayload") - {"wiring", "loaded"}
+    assert interface_fields("GraphPayload", optional=False) <= set(payload)
     assert set(payload["nodes"][0]) == interface_fields("GraphNode")
     assert set(payload["edges"][0]) == interface_fields("GraphEdge")
     assert set(payload["calls"][0]) == interface_fields("ModuleCall")

@@ -3,8 +3,10 @@
 The page needs no kernel and no network: the same ESM bundle anywidget loads is embedded (as a JSON
 string, imported from a Blob URL), and a small fake model (get/set/on/off/save_changes/send) holds the
 widget's synced traits. Everything interactive that the page computes itself keeps working: pan/zoom,
-expand/collapse, details, what-if toggles, the backward stepper. A Content-Security-Policy forbids any
-network access (only inline, blob: and data: resources), so the page can be opened from ``file://``.
+expand/collapse, details, what-if toggles, the backward stepper. A lazy widget's page (a big graph)
+embeds every module call's chunk too, and the fake model answers the view's load requests from them.
+A Content-Security-Policy forbids any network access (only inline, blob: and data: resources), so the
+page can be opened from ``file://``.
 """
 
 from __future__ import annotations
@@ -32,10 +34,26 @@ CSP = (
 
 # The stand-in for anywidget's model, the ONE fake model (the page tests mount the bundle with it too,
 # tests/pagekit.py). Backbone-like: `set` fires "change:<name>" only when the value changed; `saves`
-# counts save_changes calls, `sent` keeps what the view sent (a re-run request has no kernel to go to).
+# counts save_changes calls, `sent` keeps what the view sent (a re-run request has no kernel to go to);
+# `on("msg:custom", f)` gets the replies to load requests, from the optional `chunks` map.
 FAKE_MODEL = """
-function gradvizFakeModel(state) {
+function gradvizFakeModel(state, chunks) {
   const listeners = {};
+  // A lazy page's load requests are answered from `chunks` (call id -> Chunk), asynchronously as a
+  // kernel would: every "msg:custom" listener gets ({kind: "chunks", chunks}, []).
+  const answer = (msg) => {
+    const calls = Array.isArray(msg.calls) ? msg.calls : null;
+    const known = (c) => chunks && Object.prototype.hasOwnProperty.call(chunks, c);
+    const missing = calls ? calls.filter((c) => !known(c)) : [];
+    let reply = { kind: "chunks", chunks: [], error: "load: 'calls' must be a list of module call ids." };
+    if (calls && missing.length) {
+      reply.error = "load: unknown module call ids " + missing.map((c) => JSON.stringify(c)).join(", ") +
+        (chunks ? "." : " (this page embeds no chunks).");
+    } else if (calls) {
+      reply = { kind: "chunks", chunks: [...new Set(calls)].map((c) => chunks[c]) };
+    }
+    setTimeout(() => { for (const f of listeners["msg:custom"] || []) f(reply, []); }, 0);
+  };
   const model = {
     state, saves: 0, sent: [],
     get: (k) => model.state[k],
@@ -47,7 +65,10 @@ function gradvizFakeModel(state) {
     on(ev, f) { (listeners[ev] ||= []).push(f); },
     off(ev, f) { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
     save_changes() { model.saves++; },
-    send(msg) { model.sent.push(msg); },
+    send(msg) {
+      model.sent.push(msg);
+      if (msg && msg.kind === "load") answer(msg);
+    },
     listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
   };
   return model;
@@ -57,7 +78,8 @@ function gradvizFakeModel(state) {
 # The page's module script; `window.gradvizModel` lets tests (and curious users) drive the model.
 MOUNT = FAKE_MODEL + """
 const read = (id) => JSON.parse(document.getElementById(id).textContent);
-const model = gradvizFakeModel(read("gradviz-state"));
+const chunks = document.getElementById("gradviz-chunks");
+const model = gradvizFakeModel(read("gradviz-state"), chunks ? read("gradviz-chunks") : null);
 window.gradvizModel = model;
 const url = URL.createObjectURL(new Blob([read("gradviz-bundle")], { type: "text/javascript" }));
 const widget = (await import(url)).default;
@@ -86,7 +108,7 @@ PAGE = """<!doctype html>
 <p class="gradviz-caption">{caption}</p>
 <div id="gradviz-host"></div>
 <script type="application/json" id="gradviz-state">{state}</script>
-<script type="application/json" id="gradviz-bundle">{bundle}</script>
+{chunks}<script type="application/json" id="gradviz-bundle">{bundle}</script>
 <script type="module">{mount}</script>
 </body>
 </html>
@@ -124,12 +146,18 @@ def page_html(widget: GraphWidget, title: str | None = None) -> str:
 
     graph = widget.graph
     caption = "\n".join(graph.summary().splitlines()[:2])
+    state = widget_state(widget)
+    chunks = ""
+    if "wiring" in state["graph_data"]:  # lazy: every box's records, for the fake model's load replies
+        embedded = script_json(widget.lazy_graph().all_chunks())
+        chunks = f'<script type="application/json" id="gradviz-chunks">{embedded}</script>\n'
     return PAGE.format(
         csp=CSP,
         version=__version__,
         title=html.escape(title or "gradviz_nb: autograd graph"),
         caption=html.escape(caption),
-        state=script_json(widget_state(widget)),
+        state=script_json(state),
+        chunks=chunks,
         bundle=script_json(BUNDLE.read_text(encoding="utf-8")),
         mount=MOUNT,
     )
@@ -161,7 +189,7 @@ def export_html(
     elif isinstance(graph_or_widget, GraphWidget):
         widget = graph_or_widget
         if traits:  # a copy with the overrides, leaving the user's widget as it is
-            copy = GraphWidget(widget.graph)
+            copy = GraphWidget(widget.graph, lazy=widget.lazy)
             for name, value in widget_state(widget).items():
                 setattr(copy, name, value)
             widget = copy

@@ -17,6 +17,7 @@ from gradviz_nb.analysis.rerun import Rerunnable
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture, trace
+from gradviz_nb.widgets.lazy import LAZY_NODES, LazyGraph
 from gradviz_nb.widgets.payload import initial_expanded, to_payload
 from gradviz_nb.widgets.toggles import toggle_args
 
@@ -37,6 +38,12 @@ class GraphWidget(anywidget.AnyWidget):
 
     ``roots`` may also be an already traced :class:`AutogradGraph`, or a recording from
     :func:`gv.record_backward` (the widget then offers a stepper through the real backward pass).
+
+    Big graphs are sent lazily (``gradviz_nb.widgets.lazy``): the page gets the module tree and the
+    compact wiring of every node first, and each box's node records when it is opened. That happens
+    by itself for a graph with module calls and more than ``LAZY_NODES`` (4,000) nodes, unless a
+    ``recording`` or ``diff`` is given; ``lazy=True`` / ``lazy=False`` decides instead (``lazy=True``
+    on a graph without module calls is allowed: everything is top level, hence loaded at once).
     """
 
     _esm = _STATIC / "widget.js"
@@ -80,6 +87,11 @@ class GraphWidget(anywidget.AnyWidget):
     """dict: result of the last verified re-run (``{}`` for none): toggles, predicted_lost,
     actual_lost, agree, unverifiable, error."""
 
+    unfolded = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    """list[str]: ids of the fold groups (``graph_data["folds"]``, e.g. ``"fold:blocks.0"``) the user
+    unfolded. The page draws a group as one stacked box ("6 × Block") when its id is not in
+    ``unfolded`` and none of its calls is in :attr:`expanded`."""
+
     def __init__(
         self,
         roots: torch.Tensor | Sequence[torch.Tensor] | AutogradGraph | BackwardRecording,
@@ -87,6 +99,7 @@ class GraphWidget(anywidget.AnyWidget):
         capture: Capture | None = None,
         names: Mapping[str, torch.Tensor] | None = None,
         height: int = 600,
+        lazy: bool | None = None,
         **kwargs: Any,
     ) -> None:
         if not _STATIC.joinpath("widget.js").exists():
@@ -101,10 +114,21 @@ class GraphWidget(anywidget.AnyWidget):
         self.graph = graph
         """AutogradGraph: the traced graph this widget shows."""
         self._rerun: Rerunnable | None = None
-        super().__init__(
-            graph_data=to_payload(graph), expanded=initial_expanded(graph), height=height, **kwargs
-        )
+        if lazy is None:
+            lazy = bool(graph.calls) and len(graph) > LAZY_NODES and not (kwargs.get("recording") or kwargs.get("diff"))
+        self.lazy = lazy
+        """bool: True when the page gets a skeleton and loads each box's records when opened."""
+        self._lazy_graph = LazyGraph(graph) if lazy else None
+        expanded = initial_expanded(graph)
+        graph_data = self._lazy_graph.skeleton(["", *expanded]) if self._lazy_graph else to_payload(graph)
+        super().__init__(graph_data=graph_data, expanded=expanded, height=height, **kwargs)
         self.on_msg(self._on_page_message)
+
+    def lazy_graph(self) -> LazyGraph:
+        """The index that answers the page's load requests (built on first use for an eager widget)."""
+        if self._lazy_graph is None:
+            self._lazy_graph = LazyGraph(self.graph)
+        return self._lazy_graph
 
     @classmethod
     def from_fn(
@@ -167,6 +191,20 @@ class GraphWidget(anywidget.AnyWidget):
     def _on_page_message(self, _: Any, content: dict[str, Any], buffers: Any) -> None:
         if content.get("kind") == "verify" and self._rerun is not None:
             self.verify()
+        elif content.get("kind") == "load":
+            self.send(self.load_reply(content.get("calls")))
+
+    def load_reply(self, calls: Any) -> dict[str, Any]:
+        """The answer to the page's ``{"kind": "load", "calls": [...]}`` (``LoadReply`` in
+        ``js/src/payload.ts``): ``{"kind": "chunks", "chunks": [...]}``, one chunk per call in the order
+        asked, or ``{"kind": "chunks", "chunks": [], "error": "..."}``; never raises."""
+        try:
+            if not isinstance(calls, list):
+                raise GradvizError(f"load: 'calls' must be a list of module call ids, got {type(calls).__name__}.")
+            return {"kind": "chunks", "chunks": self.lazy_graph().chunks(calls)}
+        except Exception as err:  # reported to the page; raising here would only reach the comm's log
+            message = str(err) if isinstance(err, GradvizError) else f"load failed: {type(err).__name__}: {err}"
+            return {"kind": "chunks", "chunks": [], "error": message}
 
     def __repr__(self) -> str:
         return f"<GraphWidget: {self.graph!r}>"
