@@ -100,19 +100,19 @@ def call_signatures(graph: AutogradGraph) -> dict[str, int]:
     g = graph.nx
     calls = [c for c in graph.calls if c["size"] > 0]
     parent = {c["id"]: c["parent"] for c in graph.calls}
-    ops: dict[str, Counter[tuple[str, str]]] = {c["id"]: Counter() for c in calls}
+    ops: dict[str, Counter[tuple[str, str]]] = {"": Counter(), **{c["id"]: Counter() for c in calls}}
     for _, d in g.nodes(data=True):
-        if d["call"] in ops:
-            ops[d["call"]][(d["kind"], d["op"])] += 1
+        ops[d["call"]][(d["kind"], d["op"])] += 1
     # A slot is internal to every call enclosing both its ends: count it at the innermost such call
     # (the two calls' lowest common ancestor) and sum bottom-up.
     call_of = dict(g.nodes(data="call"))
     internal: Counter[str] = Counter()
-    for u, v, d in g.edges(data=True):
-        a, b = call_of[u], call_of[v]
-        up = set(_ancestors(a, parent)) if a != b else {a}
-        lowest = next(c for c in _ancestors(b, parent) if c in up)
-        internal[lowest] += len(d["slots"])
+    for u, v, slots in g.edges(data="slots"):
+        lowest = call_of[u]
+        if lowest != call_of[v]:
+            up = set(_ancestors(lowest, parent))
+            lowest = next(c for c in _ancestors(call_of[v], parent) if c in up)
+        internal[lowest] += len(slots)
     children: dict[str, list[str]] = {c["id"]: [] for c in calls}
     for c in calls:
         if c["parent"] in children:
