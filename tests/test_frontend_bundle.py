@@ -52,7 +52,7 @@ class Page(MountedPage):
 
 def test_renders_nodes_and_boxes(browser: Any, tmp_path: Path) -> None:
     p = Page(browser, tmp_path, load_fixture("nested_modules.json"))
-    assert p.counts() == {"nodes": 4, "collapsed": 4, "expanded": 0, "edges": 9}
+    assert p.counts() == {"nodes": 4, "collapsed": 4, "expanded": 0, "folded": 0, "edges": 9}
     root = p.page.locator("[data-testid=gradviz-root]")
     assert root.get_attribute("data-visible-nodes") == "4"
     assert root.get_attribute("data-visible-boxes") == "4"
@@ -88,7 +88,7 @@ def test_click_box_expands_then_collapses_keeping_its_place(browser: Any, tmp_pa
     # Clicking the open outer box (its top edge, not a child) collapses it and everything inside.
     p.click_box("blocks.0")
     assert p.js("() => gv.model.state.expanded") == []
-    assert p.counts() == {"nodes": 4, "collapsed": 4, "expanded": 0, "edges": 9}
+    assert p.counts() == {"nodes": 4, "collapsed": 4, "expanded": 0, "folded": 0, "edges": 9}
     assert p.errors == []
 
 
@@ -129,7 +129,7 @@ def test_python_side_changes_are_followed(browser: Any, tmp_path: Path) -> None:
         " nodes: gv.model.state.graph_data.nodes.map((n) => ({...n, call: ''}))})"
     )
     p.js("() => gv.hook.idle()")
-    assert p.counts() == {"nodes": 14, "collapsed": 0, "expanded": 0, "edges": 16}
+    assert p.counts() == {"nodes": 14, "collapsed": 0, "expanded": 0, "folded": 0, "edges": 16}
     # Cleanup removes everything it added.
     p.js("() => gv.cleanup()")
     assert p.js("() => gv.model.listenerCount()") == 0

@@ -1,13 +1,40 @@
-// anywidget entry: wires the synced traits (graph_data, expanded, selected, height, toggles,
-// verified, can_verify, overlay, recording, step, diff) to the view.
+// anywidget entry: wires the synced traits (graph_data, expanded, unfolded, selected, height, toggles,
+// verified, can_verify, overlay, recording, step, diff) to the view, and (lazy mode) asks Python for
+// the contents of module calls before it draws them open.
 // Traits hold all state, so a saved notebook or exported page rebuilds the same view with no kernel.
 import type { AnyWidget, RenderProps } from "@anywidget/types";
 import css from "./styles.css";
-import type { GraphDiff, GraphPayload, Overlay, Recording, Toggles, Verification, WhatIfAnswer } from "./payload";
+import type { GraphDiff, GraphNode, GraphPayload, Overlay, Recording, Toggles, Verification, WhatIfAnswer } from "./payload";
 import { badgeText, diffDecorations, diffText, normalizeDiff, type DiffDecorations } from "./state/diff";
 import { canonical, collapse, expand, expandAll, sameSet } from "./state/expansion";
-import { callDetails, nodeDetails, nodeTitle, plural } from "./state/labels";
-import { callKey, indexCalls, nodeKey, representative, visibleGraph, type CallIndex, type VisibleCounts } from "./state/quotient";
+import { callDetails, foldedText, nodeDetails, nodeTitle, plural } from "./state/labels";
+import {
+  callKey,
+  callShown,
+  indexCalls,
+  nodeKey,
+  representative,
+  visibleGraph,
+  type CallIndex,
+  type VisibleCounts,
+  type VisibleGraph,
+} from "./state/quotient";
+import { drawnItems, INITIAL_CAP, neighbourhood, refusalText, tooBigText, VIEW_CAP } from "./state/cap";
+import {
+  canonicalUnfolded,
+  foldedCalls,
+  foldedGroups,
+  foldKey,
+  groupsAround,
+  indexFolds,
+  NO_FOLDS,
+  unfoldForExpanded,
+  type FoldedCalls,
+  type FoldIndex,
+} from "./state/fold";
+import { applyChunks, inflate, missingCalls, TOP, type LazyState } from "./state/lazy";
+import { ChunkLoader } from "./state/loader";
+import { search, type SearchHit } from "./state/search";
 import { fmt } from "./state/numbers";
 import { MARK_TEXT, normalizeOverlay, overlayDecorations, overlayText, type OverlayDecorations } from "./state/overlay";
 import {
@@ -38,6 +65,7 @@ import {
   tensorsOfEdges,
   toggleItem,
   toggleTensors,
+  whatIfIndex,
   type WhatIfState,
 } from "./state/whatif";
 import { decorate, type Decorations } from "./state/whatifview";
@@ -50,10 +78,13 @@ import { createWhatIfPanel } from "./panels/whatif";
 import { createLegend, createTooltip, type LegendSpec, type LegendSwatch } from "./panels/legend";
 import { createStepper } from "./panels/stepper";
 import { createDiffPanel } from "./panels/diff";
+import { createSearch } from "./panels/search";
 
 interface Traits {
   graph_data: GraphPayload;
   expanded: string[];
+  /** Fold group ids the user unfolded (repeated-block stacks drawn as their single calls). */
+  unfolded: string[];
   selected: string;
   height: number;
   /** What-if toggles (Python can read and set them). */
@@ -74,8 +105,8 @@ interface Traits {
 
 /** Above this many visible elements, say that the graph is big (it still renders). */
 export const BIG_GRAPH = 2500;
-/** Expand-all refuses when it would draw more nodes than this. */
-export const EXPAND_ALL_LIMIT = 3000;
+/** Expand-all (like any expand or unfold) refuses when it would draw more items than this. */
+export const EXPAND_ALL_LIMIT = VIEW_CAP;
 
 const EMPTY: GraphPayload = {
   version: 1,
@@ -85,6 +116,27 @@ const EMPTY: GraphPayload = {
   ghosts: [],
   meta: { torch_version: "", captured: false, notes: [], num_nodes: 0, num_edges: 0 },
 };
+const NOTHING: VisibleGraph = { items: [], edges: [], counts: { nodes: 0, collapsed: 0, expanded: 0, folded: 0, edges: 0 } };
+
+/** What is open: expanded calls and unfolded fold groups. */
+interface Disclosure {
+  expanded: Set<string>;
+  unfolded: Set<string>;
+}
+
+interface ChangeOptions {
+  /** Says what the change does, for a refusal ("Opening blocks.3"). */
+  action: string;
+  /** Keep this element's top-centre where it is on screen. */
+  anchor?: () => Anchor | undefined;
+  fit?: boolean;
+  /** One user expand / collapse / unfold: only the changed region is laid out again. */
+  incremental?: boolean;
+  /** The change came from a trait Python set: on refusal, set the traits back. */
+  fromTrait?: boolean;
+  /** First view of a payload: drawn even if nothing changed; the initial cap applies. */
+  initial?: boolean;
+}
 
 /** What tests (and the JupyterLab end-to-end test) reach through `root.__gradviz`. */
 export interface DebugHook {
@@ -126,6 +178,16 @@ export interface DebugHook {
   toSVG(): string;
   /** The whole graph as a PNG data URL at `scale` (default 2). */
   toPNG(scale?: number): string;
+  /** Lazy mode: call ids whose node records are loaded ("" = top level); [] when eager. */
+  loaded(): string[];
+  /** The search box's ranked hits for `q` (at most 50). */
+  search(q: string): { key: string; label: string }[];
+  /** Open, load and unfold what hides a node or call id, select it and centre on it. */
+  reveal(id: string): Promise<void>;
+  /** Unfold a fold group (as a click on its stacked box), resolves after the layout. */
+  unfold(groupId: string): Promise<void>;
+  /** Fold group ids currently drawn folded. */
+  folded(): string[];
 }
 
 function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
@@ -143,7 +205,20 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   let payload: GraphPayload = EMPTY;
   let index: CallIndex = indexCalls(EMPTY);
   let expanded = new Set<string>();
-  let counts: VisibleCounts = { nodes: 0, collapsed: 0, expanded: 0, edges: 0 };
+  let counts: VisibleCounts = { ...NOTHING.counts };
+  // Folding: groups from the payload, the ones the user opened, and who is drawn folded now.
+  let folds: FoldIndex = indexFolds(EMPTY, index);
+  let unfolded = new Set<string>();
+  let folded: FoldedCalls = NO_FOLDS;
+  // Lazy mode (null when the payload is eager) and the requests for call contents.
+  let lazy: LazyState | null = null;
+  let loader = newLoader();
+  let payloadGen = 0;
+  // A first view too big to draw: nothing is drawn but the neighbourhood of a search pick (`focus`).
+  let tooBig = false;
+  let focus: string | null = null;
+  // Disclosure changes run one after another (each may wait for a load).
+  let changes: Promise<unknown> = Promise.resolve();
   let pending: Promise<unknown> = Promise.resolve();
   let running = 0;
   let toggles: Toggles = EMPTY_TOGGLES;
@@ -173,6 +248,11 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     // would cover the graph). Python can still select a call by setting `selected`.
     tap(key, kind, shift) {
       const id = key.slice(2);
+      // A folded stack is not a toggle target, even in what-if mode: a click unfolds it.
+      if (kind === "folded") {
+        void unfoldGroup(id);
+        return;
+      }
       if (whatIfMode && kind !== "root" && kind !== "ghost") {
         if (kind === "leaf") userToggle(toggleItem(toggles, "freeze", id));
         else if (kind === "op") userToggle(toggleItem(toggles, "detach", id));
@@ -187,8 +267,8 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
           return;
         }
       }
-      if (kind === "collapsed") changeExpanded(expand(expanded, id, index), key);
-      else if (kind === "expanded") changeExpanded(collapse(expanded, id, index), key);
+      if (kind === "collapsed") void openCall(id);
+      else if (kind === "expanded") void closeCall(id);
       else setSelected(id);
     },
     tapEdge(key) {
@@ -205,23 +285,33 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       tooltip.show(tooltipText(key), client, body);
     },
   });
-  const toolbar = createToolbar({
-    fit: () => view.fit(),
-    zoomReset: () => view.zoomReset(),
-    expandAll() {
-      if (payload.nodes.length > EXPAND_ALL_LIMIT) {
-        toolbar.setMessage(
-          `Expand all would draw ${payload.nodes.length} nodes (limit ${EXPAND_ALL_LIMIT}): open module boxes one at a time instead.`,
-        );
-        return;
-      }
-      changeExpanded(expandAll(index), null, true);
+  const searchBox = createSearch({
+    query(q) {
+      const { hits, total } = search(payload, q);
+      searchBox.show(hits, total);
     },
-    collapseAll: () => changeExpanded(new Set(), null, true),
-    whatIf: () => setWhatIfMode(!whatIfMode),
-    savePNG: () => download(view.toPNGBlob(2), "gradviz.png"),
-    saveSVG: () => download(new Blob([view.toSVG()], { type: "image/svg+xml" }), "gradviz.svg"),
+    pick: (hit) => void reveal(hit.id, hit),
+    clear() {
+      if (focus === null) return;
+      focus = null;
+      relayout({ fit: true });
+    },
   });
+  const toolbar = createToolbar(
+    {
+      fit: () => view.fit(),
+      zoomReset: () => view.zoomReset(),
+      relayout: () => relayout({}),
+      expandAll: () =>
+        void change(() => ({ expanded: expandAll(index), unfolded: new Set(folds.groups.keys()) }), { action: "Expand all", fit: true }),
+      // Collapse all refolds every stack too.
+      collapseAll: () => void change(() => ({ expanded: new Set(), unfolded: new Set() }), { action: "Collapse all", fit: true }),
+      whatIf: () => setWhatIfMode(!whatIfMode),
+      savePNG: () => download(view.toPNGBlob(2), "gradviz.png"),
+      saveSVG: () => download(new Blob([view.toSVG()], { type: "image/svg+xml" }), "gradviz.svg"),
+    },
+    [searchBox.input],
+  );
   const diffPanel = createDiffPanel();
   const whatIfPanel = createWhatIfPanel({
     reset: () => userToggle({ detach: [], freeze: [] }),
@@ -244,7 +334,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     view.setBottomReserve(legend.element.hidden ? 0 : legend.element.offsetHeight + 8);
   });
   const tooltip = createTooltip();
-  body.append(details.element, stepper.details, legend.element, tooltip.element);
+  body.append(details.element, stepper.details, legend.element, tooltip.element, searchBox.results);
   root.append(toolbar.element, diffPanel.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, body);
   root.tabIndex = 0;
   // JupyterLab must not take the keys we handle while the widget has focus.
@@ -255,25 +345,39 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     view.resize();
   };
 
-  function relayout(options: { anchor?: Anchor; fit?: boolean }): void {
-    const graph = visibleGraph(payload, expanded, index);
+  /** What is drawn for the current state: the quotient graph, or (a first view too big to draw)
+   *  nothing but the neighbourhood of the search pick. */
+  function currentGraph(): VisibleGraph {
+    if (!tooBig) return visibleGraph(payload, expanded, index, folded);
+    return focus !== null ? neighbourhood(payload, focus) : NOTHING;
+  }
+
+  function viewMessage(shown: number): string {
+    if (tooBig && focus === null) return tooBigText(drawnItems(visibleGraph(payload, expanded, index, folded).counts), index.order.length > 0);
+    if (focus !== null) return `Showing the neighbourhood of ${focusName(focus)}; clear the search to go back.`;
+    if (shown <= BIG_GRAPH) return "";
+    return (
+      `Large graph: ${shown} nodes on screen. Layout runs in the background; ` +
+      (index.order.length ? "collapse module boxes to see less." : "capture modules (gv.capture) to get collapsible boxes.")
+    );
+  }
+
+  /** Lay out and draw (`graph` when the caller already computed it); resolves once drawn. */
+  function relayout(options: { anchor?: Anchor; fit?: boolean; incremental?: boolean }, graph = currentGraph()): Promise<void> {
     counts = graph.counts;
     const shown = counts.nodes + counts.collapsed;
     toolbar.setCounts(
       `${plural(counts.nodes, "node")}` +
-        (index.order.length ? ` · ${plural(counts.collapsed, "closed box")} · ${plural(counts.expanded, "open box")}` : ""),
+        (index.order.length && !tooBig ? ` · ${plural(counts.collapsed, "closed box")} · ${plural(counts.expanded, "open box")}` : "") +
+        (counts.folded ? ` · ${plural(counts.folded, "folded stack")}` : ""),
     );
-    toolbar.setMessage(
-      shown > BIG_GRAPH
-        ? `Large graph: ${shown} nodes on screen. Layout runs in the background; ` +
-            (index.order.length ? "collapse module boxes to see less." : "capture modules (gv.capture) to get collapsible boxes.")
-        : "",
-    );
+    toolbar.setMessage(viewMessage(shown));
     root.dataset.visibleNodes = String(counts.nodes);
     root.dataset.visibleBoxes = String(counts.collapsed);
     root.dataset.expandedBoxes = String(counts.expanded);
+    root.dataset.foldedBoxes = String(counts.folded);
     root.dataset.layout = "running";
-    spinner.hidden = false;
+    setSpinner("laying out…");
     view.setReserve(rix ? reserveFor(rix) : null);
     running++;
     const job = view
@@ -302,20 +406,195 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       })
       .finally(() => {
         if (--running === 0) {
-          spinner.hidden = true;
+          setSpinner(null);
           if (root.dataset.layout === "running") root.dataset.layout = "idle";
         }
       });
     pending = Promise.all([pending, job]);
+    return job;
   }
 
-  function changeExpanded(next: Set<string>, anchorKey: string | null, fit = false): void {
-    if (sameSet(next, expanded)) return;
-    const anchor = anchorKey ? view.anchorOf(anchorKey) : undefined;
-    expanded = next;
-    model.set("expanded", canonical(expanded, index));
+  function setSpinner(text: string | null): void {
+    if (text !== null) spinner.textContent = text;
+    spinner.hidden = text === null;
+  }
+
+  function newLoader(): ChunkLoader {
+    return new ChunkLoader({
+      send: (msg) => model.send(msg),
+      apply(chunks) {
+        if (lazy) applyChunks(payload, lazy, chunks);
+      },
+      isLoaded: (call) => !lazy || lazy.loaded.has(call),
+    });
+  }
+
+  /** Load the contents of `calls` (lazy mode), with the spinner up; false (and a message) on failure. */
+  async function ensureLoaded(calls: string[]): Promise<boolean> {
+    if (!lazy || !calls.length) return true;
+    const gen = payloadGen;
+    root.dataset.loading = "true";
+    setSpinner("loading…");
+    try {
+      await loader.load(calls);
+      return gen === payloadGen;
+    } catch (err) {
+      if (gen === payloadGen) toolbar.setMessage(err instanceof Error ? err.message : String(err));
+      return false;
+    } finally {
+      root.dataset.loading = String(loader.busy);
+      if (running === 0 && !loader.busy) setSpinner(null);
+    }
+  }
+
+  /** Change what is open, in order with other changes: the cap is checked on the would-be counts
+   *  (no layout), missing contents are loaded, then the view is laid out. Resolves true when drawn. */
+  function change(step: (cur: Disclosure) => Disclosure, options: ChangeOptions): Promise<boolean> {
+    const run = async (): Promise<boolean> => {
+      const gen = payloadGen;
+      const next = step({ expanded, unfolded });
+      next.unfolded = unfoldForExpanded(next.unfolded, next.expanded, folds, index);
+      const same = sameSet(next.expanded, expanded) && sameSet(next.unfolded, unfolded);
+      if (same && !options.initial) return true;
+      let nextFolded = foldedCalls(folds, next.expanded, next.unfolded);
+      let graph = visibleGraph(payload, next.expanded, index, nextFolded);
+      const items = drawnItems(graph.counts);
+      // Past the cap only changes that draw less go through; a first view is drawn up to INITIAL_CAP.
+      let nextTooBig = false;
+      if (options.initial) nextTooBig = items > INITIAL_CAP;
+      else if (items > VIEW_CAP && (tooBig || items > drawnItems(counts))) {
+        toolbar.setMessage(refusalText(options.action, items));
+        if (options.fromTrait) saveDisclosure();
+        return false;
+      }
+      if (!nextTooBig && !(await ensureLoaded(missingCalls(lazy, next.expanded)))) {
+        if (options.fromTrait && gen === payloadGen) saveDisclosure();
+        return false;
+      }
+      if (gen !== payloadGen) return false;
+      const anchor = options.anchor?.();
+      if (nextTooBig !== tooBig || options.initial) focus = null;
+      tooBig = nextTooBig;
+      expanded = next.expanded;
+      unfolded = next.unfolded;
+      folded = nextFolded = foldedCalls(folds, expanded, unfolded);
+      saveDisclosure();
+      // Loaded records replaced placeholders: the items must point at the new ones.
+      if (lazy || tooBig) graph = currentGraph();
+      await relayout({ anchor, fit: options.fit, incremental: options.incremental }, graph);
+      return true;
+    };
+    const job = changes.then(run).catch((err: unknown) => {
+      toolbar.setMessage(`Could not update the view: ${err instanceof Error ? err.message : String(err)}`);
+      return false;
+    });
+    changes = job;
+    pending = Promise.all([pending, job]);
+    return job;
+  }
+
+  /** Write `expanded` and `unfolded` back to the traits (canonical forms; no-op when unchanged). */
+  function saveDisclosure(): void {
+    const e = canonical(expanded, index);
+    const u = canonicalUnfolded(unfolded, folds);
+    const had = model.get("expanded") || [];
+    const hadU = model.get("unfolded") || [];
+    if (JSON.stringify(e) === JSON.stringify(had) && JSON.stringify(u) === JSON.stringify(hadU)) return;
+    model.set("expanded", e);
+    model.set("unfolded", u);
     model.save_changes();
-    relayout({ anchor, fit });
+  }
+
+  const keepAt = (key: string) => (): Anchor | undefined => view.anchorOf(key);
+
+  function openCall(id: string): Promise<boolean> {
+    return change((cur) => ({ expanded: expand(cur.expanded, id, index), unfolded: cur.unfolded }), {
+      action: `Opening ${id}`,
+      anchor: keepAt(callKey(id)),
+      incremental: true,
+    });
+  }
+
+  function closeCall(id: string): Promise<boolean> {
+    return change((cur) => ({ expanded: collapse(cur.expanded, id, index), unfolded: cur.unfolded }), {
+      action: `Closing ${id}`,
+      anchor: keepAt(callKey(id)),
+      incremental: true,
+    });
+  }
+
+  /** Unfold a stack: its first call's box takes the stack's place on screen. */
+  function unfoldGroup(groupId: string): Promise<boolean> {
+    const group = folds.groups.get(groupId);
+    if (!group) return Promise.resolve(false);
+    const type = index.calls.get(group.calls[0])?.type ?? "";
+    return change((cur) => ({ expanded: cur.expanded, unfolded: new Set([...cur.unfolded, groupId]) }), {
+      action: `Unfolding ${group.calls.length} × ${type}`,
+      anchor() {
+        const at = view.anchorOf(foldKey(groupId));
+        return at ? { key: callKey(group.calls[0]), rendered: at.rendered } : undefined;
+      },
+      incremental: true,
+    });
+  }
+
+  const nodeAt = (id: string): number | undefined => whatIfIndex(payload).pos.get(id);
+  const nodeById = (id: string): GraphNode | undefined => {
+    const i = nodeAt(id);
+    return i === undefined ? undefined : payload.nodes[i];
+  };
+  function focusName(id: string): string {
+    const n = nodeById(id);
+    return n ? nodeTitle(n) : id;
+  }
+
+  /** Whether node or call `id` is drawn as itself now. */
+  function isDrawn(id: string): boolean {
+    const node = nodeById(id);
+    if (tooBig) return focus !== null && !!node && neighbourhoodHas(id);
+    if (node) return representative(node, index, expanded, folded) === nodeKey(id);
+    return callShown(id, index, expanded, folded);
+  }
+  const neighbourhoodHas = (id: string): boolean => !!view.shown?.items.some((i) => i.key === nodeKey(id));
+
+  /** Bring node or call `id` on screen: open (and load) the calls around it, unfold its stack,
+   *  select it and centre on it at a readable zoom. */
+  async function reveal(id: string, hit?: SearchHit): Promise<void> {
+    const node = nodeById(id);
+    const call = node ? node.call : index.calls.has(id) ? id : null;
+    if (!node && call === null) return;
+    if (tooBig) {
+      // Nothing but neighbourhoods is drawn: show the match's (a box: its first node's).
+      const target = node ?? payload.nodes.find((n) => n.call === id || (index.chain.get(n.call) ?? []).includes(id));
+      if (!target) return;
+      focus = target.id;
+      const graph = neighbourhood(payload, target.id);
+      const calls = new Set<string>(graph.items.map((i) => (i.type === "node" ? i.node.call : TOP)));
+      if (!(await ensureLoaded(missingCalls(lazy, calls)))) return;
+      await relayout({ fit: true });
+      setSelected(target.id);
+      centreOn(nodeKey(target.id));
+      return;
+    }
+    const chain = call ? (index.chain.get(call) ?? []) : [];
+    // A node needs every call around it open; a call needs its ancestors open (it stays a box).
+    const open = node ? chain : chain.slice(0, -1);
+    const label = hit?.label ?? id;
+    const ok = await change(
+      (cur) => ({ expanded: new Set([...cur.expanded, ...open]), unfolded: new Set([...cur.unfolded, ...(call ? groupsAround(call, folds, index) : [])]) }),
+      { action: `Showing ${label}`, incremental: true },
+    );
+    if (!ok) return;
+    setSelected(id);
+    centreOn(node ? nodeKey(id) : callKey(id));
+  }
+
+  /** Centre the viewport on an element, zooming in to at least 1:1 so its label reads. */
+  function centreOn(key: string): void {
+    const ele = view.cy.getElementById(key);
+    if (ele.empty()) return;
+    view.cy.zoom(Math.max(view.cy.zoom(), 1));
+    view.cy.center(ele);
   }
 
   function setSelected(id: string): void {
@@ -328,7 +607,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
 
   function showSelection(): void {
     const id = model.get("selected") || "";
-    const node = id ? payload.nodes.find((n) => n.id === id) : undefined;
+    const node = id ? nodeById(id) : undefined;
     const call = !node && id ? index.calls.get(id) : undefined;
     if (node) {
       const rows = nodeDetails(node);
@@ -465,6 +744,10 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
 
   function tooltipText(key: string): string {
     const parts: string[] = [];
+    if (key.startsWith("f:")) {
+      const item = view.shown?.items.find((i) => i.key === key);
+      if (item?.type === "folded") parts.push(foldedText(item.calls, item.size));
+    }
     if (diff && dfDeco) {
       const t = diffText(diff, dfDeco, key);
       if (t) parts.push(t);
@@ -483,7 +766,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   // --- Stepper ---
   const repOf = (nodeId: string): string => {
     const n = rix?.nodes.get(nodeId);
-    return n ? representative(n, index, expanded) : nodeKey(nodeId);
+    return n ? representative(n, index, expanded, folded) : nodeKey(nodeId);
   };
 
   function reserveFor(ix: RecordingIndex): (key: string) => string[][] | null {
@@ -648,8 +931,13 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   const onVerified = (): void => applyWhatIf();
 
   function loadPayload(): void {
-    payload = model.get("graph_data") || EMPTY;
+    // Requests for the old payload's contents are dropped (their replies, if any, are stale).
+    payloadGen++;
+    loader.dispose();
+    loader = newLoader();
+    ({ payload, lazy } = inflate(model.get("graph_data") || EMPTY));
     index = indexCalls(payload);
+    folds = indexFolds(payload, index);
     toggles = normalizeToggles(model.get("toggles"));
     recomputeWhatIf();
     wiDeco = null;
@@ -657,21 +945,39 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     diff = normalizeDiff(model.get("diff"));
     showDiff();
     loadRecording();
-    expanded = new Set(canonical(model.get("expanded") || [], index));
+    // Nothing is open until the first view is loaded and checked against the cap.
+    expanded = new Set();
+    unfolded = new Set();
+    folded = foldedCalls(folds, expanded, unfolded);
     toolbar.setNotes(payload.meta?.notes ?? []);
     toolbar.setBoxesAvailable(index.order.length > 0);
-    relayout({ fit: true });
+    const wanted: Disclosure = {
+      expanded: new Set(canonical(model.get("expanded") || [], index)),
+      unfolded: new Set(model.get("unfolded") || []),
+    };
+    void change(() => wanted, { action: "Drawing the graph", fit: true, initial: true, fromTrait: true });
   }
 
   const onExpanded = (): void => {
     const incoming = new Set(canonical(model.get("expanded") || [], index));
-    if (sameSet(incoming, expanded)) return;
-    expanded = incoming;
-    relayout({ fit: true });
+    void change((cur) => ({ expanded: incoming, unfolded: cur.unfolded }), { action: "Opening the requested boxes", fit: true, fromTrait: true });
   };
+  const onUnfolded = (): void => {
+    const incoming = new Set<string>(model.get("unfolded") || []);
+    void change((cur) => ({ expanded: cur.expanded, unfolded: incoming }), { action: "Unfolding the requested stacks", incremental: true, fromTrait: true });
+  };
+  /** Python (or a user click) chose an element: one hidden in a closed box or stack is revealed. */
+  const onSelected = (): void => {
+    const id = model.get("selected") || "";
+    if (id && !isDrawn(id)) void reveal(id);
+    else showSelection();
+  };
+  const onCustom = (msg: unknown): void => loader.receive(msg);
   model.on("change:graph_data", loadPayload);
   model.on("change:expanded", onExpanded);
-  model.on("change:selected", showSelection);
+  model.on("change:unfolded", onUnfolded);
+  model.on("change:selected", onSelected);
+  model.on("msg:custom", onCustom);
   model.on("change:height", setHeight);
   model.on("change:toggles", onToggles);
   model.on("change:verified", onVerified);
@@ -689,11 +995,11 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     cy: view.cy,
     visibleCounts: () => ({ ...counts }),
     async expand(callId) {
-      changeExpanded(expand(expanded, callId, index), callKey(callId));
+      await openCall(callId);
       await pending;
     },
     async collapse(callId) {
-      changeExpanded(collapse(expanded, callId, index), callKey(callId));
+      await closeCall(callId);
       await pending;
     },
     idle: () => pending.then(() => undefined),
@@ -744,6 +1050,17 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     },
     toSVG: () => view.toSVG(),
     toPNG: (scale) => view.toPNG(scale ?? 2),
+    loaded: () => (lazy ? [...lazy.loaded].sort() : []),
+    search: (q) => search(payload, q).hits.map((h) => ({ key: h.key, label: h.label })),
+    async reveal(id) {
+      await reveal(id);
+      await pending;
+    },
+    async unfold(groupId) {
+      await unfoldGroup(groupId);
+      await pending;
+    },
+    folded: () => foldedGroups(folded),
   };
   (root as HTMLElement & { __gradviz?: DebugHook }).__gradviz = hook;
 
@@ -753,7 +1070,11 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   return () => {
     model.off("change:graph_data", loadPayload);
     model.off("change:expanded", onExpanded);
-    model.off("change:selected", showSelection);
+    model.off("change:unfolded", onUnfolded);
+    model.off("change:selected", onSelected);
+    model.off("msg:custom", onCustom);
+    loader.dispose();
+    searchBox.dispose();
     model.off("change:height", setHeight);
     model.off("change:toggles", onToggles);
     model.off("change:verified", onVerified);

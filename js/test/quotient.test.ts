@@ -32,7 +32,7 @@ test("all collapsed: nodes inside calls are represented by their outermost call"
     callKey("blocks.0"), callKey("blocks.0 (call 2)"), callKey("embed"), callKey("head"),
     nodeKey("1"), nodeKey("13"), nodeKey("14"), nodeKey("2"),
   ].sort());
-  assert.deepEqual(g.counts, { nodes: 4, collapsed: 4, expanded: 0, edges: g.edges.length });
+  assert.deepEqual(g.counts, { nodes: 4, collapsed: 4, expanded: 0, folded: 0, edges: g.edges.length });
   assert.ok(g.items.every((i) => i.parent === null));
 });
 

@@ -1,9 +1,12 @@
-// Toolbar (fit, zoom reset, expand / collapse all, what-if, PNG / SVG download, counts), the notes line and the message line.
+// Toolbar (fit, zoom reset, re-layout, expand / collapse all, what-if, PNG / SVG download, search,
+// counts), the notes line and the message line.
 import { h, setText } from "./dom";
 
 export interface ToolbarActions {
   fit(): void;
   zoomReset(): void;
+  /** A full layout of what is drawn (incremental placement can get untidy), keeping the zoom. */
+  relayout(): void;
   expandAll(): void;
   collapseAll(): void;
   /** Switch what-if mode (clicks toggle detach / freeze instead of opening boxes). */
@@ -24,7 +27,8 @@ export interface Toolbar {
   setWhatIfMode(on: boolean): void;
 }
 
-export function createToolbar(actions: ToolbarActions): Toolbar {
+/** `extra` (the search box) sits before the counts. */
+export function createToolbar(actions: ToolbarActions, extra: HTMLElement[] = []): Toolbar {
   const button = (label: string, testid: string, title: string, onClick: () => void): HTMLButtonElement => {
     const b = h("button", { type: "button", "data-testid": testid, title }, label);
     b.addEventListener("click", onClick);
@@ -46,11 +50,13 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     { class: "gradviz-toolbar", "data-testid": "gradviz-toolbar" },
     button("Fit", "gradviz-fit", "Fit the whole graph in view", actions.fit),
     button("1:1", "gradviz-zoom-reset", "Reset zoom to 100%", actions.zoomReset),
+    button("Re-layout", "gradviz-relayout", "Lay the whole view out again (keeps the zoom)", actions.relayout),
     expandAll,
     collapseAll,
     whatIf,
     button("PNG", "gradviz-png", "Download the whole graph as a PNG image", actions.savePNG),
     button("SVG", "gradviz-svg", "Download the whole graph as an SVG image", actions.saveSVG),
+    ...extra,
     counts,
   );
   const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });

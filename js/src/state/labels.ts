@@ -40,6 +40,26 @@ export function collapsedLabel(call: ModuleCall, size: number): string {
   return `▸ ${call.id || call.path}\n${call.type} · ${plural(size, "node")}`;
 }
 
+/** Folded stack of repeated calls: "⧉ 48 × Block", "blocks.0 … blocks.47", "1,234 nodes". */
+export function foldedLabel(calls: readonly ModuleCall[], size: number): string {
+  const first = calls[0];
+  const last = calls[calls.length - 1];
+  const name = (c: ModuleCall): string => c.id || c.path;
+  return `⧉ ${calls.length} × ${first?.type ?? ""}\n${first ? name(first) : ""} … ${last ? name(last) : ""}\n${thousands(size)} ${size === 1 ? "node" : "nodes"}`;
+}
+
+/** Tooltip of a folded stack: what it holds and what a click does. */
+export function foldedText(calls: readonly ModuleCall[], size: number): string {
+  const first = calls[0];
+  const last = calls[calls.length - 1];
+  return `${calls.length} calls of ${first?.type ?? "?"} (${first?.id} … ${last?.id}), ${thousands(size)} nodes in all · click to unfold`;
+}
+
+/** 3412 -> "3,412" (fixed locale: tests and exported pages read the same text everywhere). */
+export function thousands(n: number): string {
+  return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
 /** Expanded box header, drawn above the box. */
 export function expandedLabel(call: ModuleCall): string {
   return `▾ ${call.id || call.path} · ${call.type}`;

@@ -1,6 +1,7 @@
 // The visible quotient graph: what is on screen for a payload and a set of expanded module calls.
 // Pure data in, pure data out (no DOM), so it is unit-tested in node and cheap to recompute per click.
-import type { GhostTensor, GraphEdge, GraphNode, GraphPayload, ModuleCall } from "../payload";
+import type { FoldGroup, GhostTensor, GraphEdge, GraphNode, GraphPayload, ModuleCall } from "../payload";
+import { foldKey, NO_FOLDS, type FoldedCalls } from "./fold";
 
 /** Prefixes keep node ids and call ids apart in one id space (a node could be called "fc1"). */
 export const nodeKey = (id: string): string => "n:" + id;
@@ -13,6 +14,9 @@ export type VisibleItem =
   | { key: string; type: "collapsed"; call: ModuleCall; size: number; parent: string | null }
   /** An expanded call: a compound box drawn around its visible members. */
   | { key: string; type: "expanded"; call: ModuleCall; size: number; parent: string | null }
+  /** A run of identical sibling calls shown folded: one stacked box standing for every node inside
+   *  all of them (`calls` in order, `size` their total node count). */
+  | { key: string; type: "folded"; group: FoldGroup; calls: ModuleCall[]; size: number; parent: string | null }
   /** A detached / frozen tensor seen in the forward pass only: drawn greyed, takes no part in what-if. */
   | { key: string; type: "ghost"; ghost: GhostTensor; parent: string | null };
 
@@ -39,6 +43,8 @@ export interface VisibleCounts {
   nodes: number;
   collapsed: number;
   expanded: number;
+  /** Folded stacks of repeated calls ("48 × Block"). */
+  folded: number;
   edges: number;
 }
 
@@ -81,18 +87,31 @@ export function indexCalls(payload: GraphPayload): CallIndex {
   return { calls, chain, size, order };
 }
 
-/** Who stands for `node` on screen: itself, or the outermost collapsed call around it. */
-export function representative(node: GraphNode, index: CallIndex, expanded: ReadonlySet<string>): string {
-  return representativeIn(node.call, nodeKey(node.id), index, expanded);
+/** Who stands for `node` on screen: itself, or the outermost collapsed call (or folded stack)
+ *  around it. */
+export function representative(node: GraphNode, index: CallIndex, expanded: ReadonlySet<string>, folded: FoldedCalls = NO_FOLDS): string {
+  return representativeIn(node.call, nodeKey(node.id), index, expanded, folded);
 }
 
 /** Who stands for an element of call `call` whose own key is `own`. */
-function representativeIn(call: string, own: string, index: CallIndex, expanded: ReadonlySet<string>): string {
+function representativeIn(call: string, own: string, index: CallIndex, expanded: ReadonlySet<string>, folded: FoldedCalls): string {
   const chain = call ? index.chain.get(call) : undefined;
   if (chain) {
-    for (const c of chain) if (!expanded.has(c)) return callKey(c);
+    for (const c of chain) {
+      if (expanded.has(c)) continue;
+      const g = folded.get(c);
+      return g ? foldKey(g.id) : callKey(c);
+    }
   }
   return own;
+}
+
+/** Whether call `id` is drawn as a box (open or closed) with these expanded calls and folds. */
+export function callShown(id: string, index: CallIndex, expanded: ReadonlySet<string>, folded: FoldedCalls = NO_FOLDS): boolean {
+  const chain = index.chain.get(id);
+  if (!chain || folded.has(id)) return false;
+  for (let i = 0; i < chain.length - 1; i++) if (!expanded.has(chain[i])) return false;
+  return true;
 }
 
 /** The innermost call of `chain` that is expanded with every ancestor expanded, as a box key. */
@@ -105,13 +124,18 @@ function enclosingBox(chain: readonly string[] | undefined, expanded: ReadonlySe
   return box;
 }
 
-export function visibleGraph(payload: GraphPayload, expanded: ReadonlySet<string>, index = indexCalls(payload)): VisibleGraph {
+export function visibleGraph(
+  payload: GraphPayload,
+  expanded: ReadonlySet<string>,
+  index = indexCalls(payload),
+  folded: FoldedCalls = NO_FOLDS,
+): VisibleGraph {
   const items: VisibleItem[] = [];
   const repOf = new Map<string, string>();
   const shownCalls = new Set<string>();
   let nodes = 0;
   for (const n of payload.nodes) {
-    const rep = representative(n, index, expanded);
+    const rep = representative(n, index, expanded, folded);
     repOf.set(n.id, rep);
     const chain = n.call ? index.chain.get(n.call) : undefined;
     if (rep === nodeKey(n.id)) {
@@ -119,19 +143,30 @@ export function visibleGraph(payload: GraphPayload, expanded: ReadonlySet<string
       nodes++;
     }
     // Every call on the chain down to the representative is shown (expanded ones as compounds).
+    // A folded call stands for its whole group: the group's first call marks it shown.
     for (const c of chain ?? []) {
-      shownCalls.add(c);
-      if (!expanded.has(c)) break;
+      const g = folded.get(c);
+      shownCalls.add(g ? g.calls[0] : c);
+      if (g || !expanded.has(c)) break;
     }
   }
   let collapsed = 0;
   let expandedCount = 0;
+  let foldedCount = 0;
   const callItems: VisibleItem[] = [];
   for (const id of index.order) {
     if (!shownCalls.has(id)) continue;
     const call = index.calls.get(id)!;
     const chain = index.chain.get(id)!;
     const parent = enclosingBox(chain.slice(0, -1), expanded);
+    const group = folded.get(id);
+    if (group) {
+      const calls = group.calls.map((c) => index.calls.get(c)!);
+      const size = calls.reduce((t, c) => t + (c.size || index.size.get(c.id) || 0), 0);
+      callItems.push({ key: foldKey(group.id), type: "folded", group, calls, size, parent });
+      foldedCount++;
+      continue;
+    }
     const size = call.size || index.size.get(id) || 0;
     if (expanded.has(id)) {
       callItems.push({ key: callKey(id), type: "expanded", call, size, parent });
@@ -142,7 +177,7 @@ export function visibleGraph(payload: GraphPayload, expanded: ReadonlySet<string
     }
   }
   const edges = aggregateEdges(payload.edges, repOf);
-  const ghosts = ghostItems(payload.ghosts ?? [], repOf, index, expanded);
+  const ghosts = ghostItems(payload.ghosts ?? [], repOf, index, expanded, folded);
   // A ghost of a call that holds no graph node has no box to live in: it is not drawn.
   const present = new Set([...callItems, ...items].map((i) => i.key));
   const ghostShown = ghosts.items.filter((g) => g.parent === null || present.has(g.parent));
@@ -152,7 +187,7 @@ export function visibleGraph(payload: GraphPayload, expanded: ReadonlySet<string
     // Compound parents first: graph libraries want a parent to exist before its children.
     items: [...callItems, ...items, ...ghostShown],
     edges: [...edges, ...ghostEdges],
-    counts: { nodes, collapsed, expanded: expandedCount, edges: edges.length },
+    counts: { nodes, collapsed, expanded: expandedCount, folded: foldedCount, edges: edges.length },
   };
 }
 
@@ -182,6 +217,7 @@ function ghostItems(
   repOf: ReadonlyMap<string, string>,
   index: CallIndex,
   expanded: ReadonlySet<string>,
+  folded: FoldedCalls,
 ): { items: VisibleItem[]; edges: VisibleEdge[] } {
   const items: VisibleItem[] = [];
   const byPair = new Map<string, VisibleEdge>();
@@ -195,7 +231,7 @@ function ghostItems(
   for (const g of ghosts) {
     const call = g.call && index.calls.has(g.call) ? g.call : "";
     const own = ghostKey(g.id);
-    const rep = representativeIn(call, own, index, expanded);
+    const rep = representativeIn(call, own, index, expanded, folded);
     if (rep === own) items.push({ key: own, type: "ghost", ghost: g, parent: enclosingBox(call ? index.chain.get(call) : undefined, expanded) });
     if (g.source !== null) link(repOf.get(g.source), rep);
     for (const t of g.targets) link(rep, repOf.get(t));

@@ -46,8 +46,11 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
   // Box keys -> [members running, members]; expanded boxes count their lost leaves too.
   const boxOf = new Map<string, string[]>(); // call id -> box keys on screen holding it
   const boxRun = new Map<string, [number, number]>();
+  // A folded stack counts for each of its calls.
+  const foldOf = new Map<string, string>();
   for (const item of graph.items) {
-    if (item.type === "collapsed" || item.type === "expanded") boxRun.set(item.key, [0, 0]);
+    if (item.type === "collapsed" || item.type === "expanded" || item.type === "folded") boxRun.set(item.key, [0, 0]);
+    if (item.type === "folded") for (const c of item.calls) foldOf.set(c.id, item.key);
   }
   const boxesFor = (call: string): string[] => {
     let known = boxOf.get(call);
@@ -58,6 +61,8 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
     for (let c = call; c && !seen.has(c); c = ix.callParent.get(c) ?? "") {
       seen.add(c);
       if (boxRun.has("c:" + c)) known.push("c:" + c);
+      const fold = foldOf.get(c);
+      if (fold) known.push(fold);
     }
     boxOf.set(call, known);
     return known;
@@ -87,6 +92,14 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
     }
   });
   for (const item of graph.items) {
+    if (item.type === "folded") {
+      const [running, members] = boxRun.get(item.key)!;
+      const lost = lostInside.get(item.key) ?? 0;
+      if (lost > 0) add(item.key, WI.hasLost);
+      else if (members > 0 && running === 0) add(item.key, WI.pruned);
+      if (lost > 0) labels.set(item.key, boxLabel("collapsed", "", `✖ ${lost} ${lost === 1 ? "loses" : "lose"} gradient`));
+      continue;
+    }
     if (item.type !== "collapsed" && item.type !== "expanded") continue;
     const [running, members] = boxRun.get(item.key)!;
     const lost = lostInside.get(item.key) ?? 0;

@@ -1,7 +1,7 @@
 // The canvas: Cytoscape draws, ELK (in a worker) places. Knows nothing of the anywidget model.
 import cytoscape from "cytoscape";
 import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytoscape";
-import { collapsedLabel, expandedLabel, ghostLabel, nodeLabel } from "../state/labels";
+import { collapsedLabel, expandedLabel, foldedLabel, ghostLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { BOX_PADDING } from "./elkgraph";
 import { findRegion, placeRegion, type Snapshot } from "./incremental";
@@ -460,8 +460,9 @@ export class GraphView {
   }
 
   private measure(item: VisibleItem): Size {
-    const bold = item.type === "collapsed" || (item.type === "node" && item.node.kind === "root");
-    return this.measureLabel(labelOf(item), bold, item.type === "collapsed");
+    const boxy = item.type === "collapsed" || item.type === "folded";
+    const bold = boxy || (item.type === "node" && item.node.kind === "root");
+    return this.measureLabel(labelOf(item), bold, boxy);
   }
 
   private measureLabel(label: string, bold: boolean, collapsed: boolean): Size {
@@ -488,6 +489,8 @@ function labelOf(item: VisibleItem): string {
       return nodeLabel(item.node);
     case "collapsed":
       return collapsedLabel(item.call, item.size);
+    case "folded":
+      return foldedLabel(item.calls, item.size);
     case "expanded":
       return expandedLabel(item.call);
     case "ghost":

@@ -1,4 +1,4 @@
-// Cytoscape stylesheet. Element data carries `kind` (op, leaf, root, collapsed, expanded),
+// Cytoscape stylesheet. Element data carries `kind` (op, leaf, root, collapsed, expanded, folded),
 // `label`, `w`/`h` (measured label box) and, for edges, `count` (underlying tensor edges).
 import type { StylesheetJson } from "cytoscape";
 import type { Theme } from "./theme";
@@ -72,6 +72,23 @@ export function stylesheet(t: Theme): StylesheetJson {
         "border-style": "dashed",
         "font-weight": "bold",
       },
+    },
+    {
+      // A folded stack of repeated calls ("48 × Block"): a double border plus an outline a few pixels
+      // out reads as several boxes stacked; solid (not dashed) so it does not look like one closed box.
+      selector: 'node[kind = "folded"]',
+      style: {
+        shape: "round-rectangle",
+        "background-color": t.boxFill,
+        "border-color": t.brand,
+        "border-width": 4,
+        "border-style": "double",
+        "outline-width": 1.5,
+        "outline-color": t.brand,
+        "outline-offset": 3,
+        "outline-opacity": 0.55,
+        "font-weight": "bold",
+      } as Record<string, unknown>,
     },
     {
       selector: 'node[kind = "expanded"]',
@@ -197,7 +214,7 @@ export function stylesheet(t: Theme): StylesheetJson {
       style: { "border-color": t.danger, "border-width": 2.5, "border-style": "dashed", opacity: 1, color: t.danger },
     },
     {
-      selector: 'node.wi-haslost[kind = "collapsed"]',
+      selector: 'node.wi-haslost[kind = "collapsed"], node.wi-haslost[kind = "folded"]',
       style: { "border-color": t.danger, "border-width": 3, "border-style": "solid", color: t.danger, opacity: 1 },
     },
     { selector: 'node.wi-haslost[kind = "expanded"]', style: { "border-color": t.danger, "border-width": 2, "border-opacity": 1, color: t.danger } },
