@@ -5,7 +5,7 @@ import { test } from "node:test";
 import type { GraphPayload } from "../src/payload";
 import { expandAll } from "../src/state/expansion";
 import { callKey, indexCalls, visibleGraph, type VisibleGraph } from "../src/state/quotient";
-import { simpleLayout } from "../src/view/simplelayout";
+import { decodePlain, encodePlain, plainLayoutCore, simpleLayout } from "../src/view/simplelayout";
 
 const size = () => ({ width: 80, height: 30 });
 
@@ -37,4 +37,17 @@ test("open boxes enclose their members", () => {
     assert.ok(Math.abs(p.x - c.x) <= box.width / 2 && Math.abs(p.y - c.y) <= box.height / 2, item.key);
   }
   assert.ok(boxes.has(callKey("blocks.0")));
+});
+
+test("the core is self-contained (it runs in a worker from its source text) and gives the same layout", () => {
+  const core = new Function(`"use strict"; return (${plainLayoutCore.toString()});`)() as typeof plainLayoutCore;
+  const nested: GraphPayload = JSON.parse(
+    readFileSync(new URL("../../tests/fixtures/nested_modules.json", import.meta.url), "utf8"),
+  );
+  const index = indexCalls(nested);
+  const g = visibleGraph(nested, expandAll(index), index);
+  const here = simpleLayout(g, size);
+  const there = decodePlain(g, core(encodePlain(g, size)));
+  assert.deepEqual([...there.positions], [...here.positions]);
+  assert.deepEqual([...there.boxes], [...here.boxes]);
 });
