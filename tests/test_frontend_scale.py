@@ -143,6 +143,11 @@ def test_folded_stack_is_one_box_and_a_click_unfolds_it(browser: Any, tmp_path: 
     assert p.js("() => gv.hook.folded()") == []
     kinds = p.js("() => gv.hook.cy.nodes().filter((n) => /^c:blocks\\.\\d$/.test(n.id())).map((n) => n.data('kind'))")
     assert kinds == ["collapsed"] * 6
+    # Re-layout: the same elements laid out afresh, the zoom kept.
+    before, zoom = p.drawn(), p.js("() => gv.hook.cy.zoom()")
+    p.page.click("[data-testid=gradviz-relayout]")
+    p.js("() => gv.hook.idle()")
+    assert p.drawn() == before and p.js("() => gv.hook.cy.zoom()") == zoom
     # Collapse all folds the stack again.
     p.js("() => gv.hook.setWhatIfMode(false)")
     p.js("() => gv.hook.expand('blocks.1')")

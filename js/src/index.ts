@@ -456,7 +456,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       next.unfolded = unfoldForExpanded(next.unfolded, next.expanded, folds, index);
       const same = sameSet(next.expanded, expanded) && sameSet(next.unfolded, unfolded);
       if (same && !options.initial) return true;
-      let nextFolded = foldedCalls(folds, next.expanded, next.unfolded);
+      const nextFolded = foldedCalls(folds, next.expanded, next.unfolded);
       let graph = visibleGraph(payload, next.expanded, index, nextFolded);
       const items = drawnItems(graph.counts);
       // Past the cap only changes that draw less go through; a first view is drawn up to INITIAL_CAP.
@@ -467,8 +467,13 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
         if (options.fromTrait) saveDisclosure();
         return false;
       }
+      const loadedBefore = lazy?.loaded.size ?? 0;
       if (!nextTooBig && !(await ensureLoaded(missingCalls(lazy, next.expanded)))) {
         if (options.fromTrait && gen === payloadGen) saveDisclosure();
+        // A first view that cannot load what the traits open still draws the top level.
+        if (options.initial && gen === payloadGen && next.expanded.size) {
+          void change(() => ({ expanded: new Set(), unfolded: next.unfolded }), options);
+        }
         return false;
       }
       if (gen !== payloadGen) return false;
@@ -477,10 +482,10 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
       tooBig = nextTooBig;
       expanded = next.expanded;
       unfolded = next.unfolded;
-      folded = nextFolded = foldedCalls(folds, expanded, unfolded);
+      folded = nextFolded;
       saveDisclosure();
       // Loaded records replaced placeholders: the items must point at the new ones.
-      if (lazy || tooBig) graph = currentGraph();
+      if ((lazy && lazy.loaded.size !== loadedBefore) || tooBig) graph = currentGraph();
       await relayout({ anchor, fit: options.fit, incremental: options.incremental }, graph);
       return true;
     };

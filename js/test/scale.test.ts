@@ -10,6 +10,7 @@ import { foldedLabel } from "../src/state/labels";
 import { applyChunks, inflate, missingCalls } from "../src/state/lazy";
 import { ChunkLoader } from "../src/state/loader";
 import { callKey, indexCalls, nodeKey, representative, visibleGraph } from "../src/state/quotient";
+import { overlayDecorations } from "../src/state/overlay";
 import { search } from "../src/state/search";
 import { whatIfIndex } from "../src/state/whatif";
 
@@ -263,4 +264,17 @@ test("50,000 nodes: search and quotient stay fast (times printed, not asserted)"
   );
   assert.equal(g.counts.folded, 1);
   assert.ok(drawnItems(u.counts) > VIEW_CAP);
+});
+
+test("overlay and stepper: a folded stack shows the largest value inside it and stands for its nodes", () => {
+  const p = stacked(4);
+  const index = indexCalls(p);
+  const folded = foldedCalls(indexFolds(p, index), new Set(), new Set());
+  const g = visibleGraph(p, new Set(), index, folded);
+  const overlay = { title: "norm", values: { "blocks.1.fc.mm": 5, "blocks.3.add": 2, x: 1 }, scale: "linear" as const, encoding: "color" as const, marks: { "blocks.2.ln": "nan" as const }, unit: "" };
+  const deco = overlayDecorations(p, g, overlay, index);
+  const key = foldKey("fold:blocks.0");
+  assert.equal(deco.values.get(key), 5);
+  assert.equal(deco.marks.get(key), "nan");
+  assert.equal(deco.classes.get(key)!.split(" ").filter((c) => c === "ov-nan").length, 1);
 });

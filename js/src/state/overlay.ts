@@ -54,8 +54,12 @@ export function overlayDecorations(
     const have = classes.get(key);
     classes.set(key, have ? have + " " + cls : cls);
   };
-  const boxes = new Set<string>();
-  for (const item of graph.items) if (item.type === "collapsed") boxes.add(item.call.id);
+  // Call id -> the key of the closed box (or folded stack) drawn for it.
+  const boxes = new Map<string, string>();
+  for (const item of graph.items) {
+    if (item.type === "collapsed") boxes.set(item.call.id, item.key);
+    if (item.type === "folded") for (const c of item.calls) boxes.set(c.id, item.key);
+  }
   // Members' values and marks, rolled up to every collapsed box holding them.
   const boxMax = new Map<string, number>();
   const boxMark = new Map<string, Mark>();
@@ -72,17 +76,21 @@ export function overlayDecorations(
     }
     if (!n.call) continue;
     for (const c of index.chain.get(n.call) ?? []) {
-      if (!boxes.has(c)) continue;
-      if (typeof v === "number" && !Number.isNaN(v)) boxMax.set(c, Math.max(boxMax.get(c) ?? -Infinity, v));
-      if (m) boxMark.set(c, worse(boxMark.get(c), m));
+      const box = boxes.get(c);
+      if (!box) continue;
+      if (typeof v === "number" && !Number.isNaN(v)) boxMax.set(box, Math.max(boxMax.get(box) ?? -Infinity, v));
+      if (m) boxMark.set(box, worse(boxMark.get(box), m));
     }
   }
-  for (const id of boxes) {
-    const key = callKey(id);
-    const own = overlay.values[`call:${id}`];
-    const v = typeof own === "number" ? own : boxMax.get(id);
+  const done = new Set<string>();
+  for (const [id, key] of boxes) {
+    // A stack (several calls, one key) has no value of its own: the largest of its members.
+    if (done.has(key)) continue;
+    done.add(key);
+    const own = key === callKey(id) ? overlay.values[`call:${id}`] : undefined;
+    const v = typeof own === "number" ? own : boxMax.get(key);
     if (v !== undefined) values.set(key, v);
-    const m = overlay.marks[`call:${id}`] ?? boxMark.get(id);
+    const m = (key === callKey(id) ? overlay.marks[`call:${id}`] : undefined) ?? boxMark.get(key);
     if (m) {
       add(key, "ov-" + m);
       marks.set(key, m);
@@ -90,7 +98,7 @@ export function overlayDecorations(
     }
   }
   const drawn = new Set<string>();
-  for (const item of graph.items) if (item.type === "node" || item.type === "collapsed") drawn.add(item.key);
+  for (const item of graph.items) if (item.type === "node" || item.type === "collapsed" || item.type === "folded") drawn.add(item.key);
   const shownValues = [...values].filter(([k]) => drawn.has(k)).map(([, v]) => v);
   const range = scaleOf(shownValues.length ? shownValues : Object.values(overlay.values), overlay.scale);
   for (const [key, v] of values) {
