@@ -192,12 +192,13 @@ def test_runs_shorter_than_fold_min_stay_unfolded() -> None:
     assert [f["calls"] for f in fold_groups(gpt2(FOLD_MIN))] == [[f"blocks.{i}" for i in range(FOLD_MIN)]]
 
 
-def test_resnet_folds_its_three_projected_stages() -> None:
+def test_resnet_stages_of_different_widths_do_not_fold() -> None:
     g = captured(ResNet18Like(width=8), torch.randn(2, 3, 8, 8))
-    # layer1's two blocks are a run of 2; layer2..layer4 share structure (projected shortcut, then an
-    # identity block), widths aside, so they fold.
-    assert fold_groups(g) == [
-        {"id": "fold:layer2", "calls": ["layer2", "layer3", "layer4"], "parent": "", "type": "Sequential"}
+    # layer2..layer4 have the same modules and ops (projected shortcut, then an identity block) but
+    # different widths: shapes are part of the structure, so no "3 x Sequential" hides them.
+    assert fold_groups(g) == []
+    assert fold_groups(g, fold_min=2) == [
+        {"id": "fold:layer1.0", "calls": ["layer1.0", "layer1.1"], "parent": "layer1", "type": "BasicBlock"}
     ]
 
 

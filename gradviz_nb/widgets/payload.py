@@ -100,9 +100,10 @@ def call_signatures(graph: AutogradGraph) -> dict[str, int]:
     g = graph.nx
     calls = [c for c in graph.calls if c["size"] > 0]
     parent = {c["id"]: c["parent"] for c in graph.calls}
-    ops: dict[str, Counter[tuple[str, str]]] = {"": Counter(), **{c["id"]: Counter() for c in calls}}
+    ops: dict[str, Counter[tuple[Any, ...]]] = {"": Counter(), **{c["id"]: Counter() for c in calls}}
     for _, d in g.nodes(data=True):
-        ops[d["call"]][(d["kind"], d["op"])] += 1
+        shape = tuple(d["shape"]) if d["shape"] is not None else None
+        ops[d["call"]][(d["kind"], d["op"], shape)] += 1
     # A slot is internal to every call enclosing both its ends: count it at the innermost such call
     # (the two calls' lowest common ancestor) and sum bottom-up.
     call_of = dict(g.nodes(data="call"))
@@ -141,8 +142,9 @@ def fold_groups(graph: AutogradGraph, fold_min: int = FOLD_MIN) -> list[dict[str
 
     The rule: only calls holding graph nodes (``size > 0``) take part. A call's structure signature is
     its module type, the ordered signatures of its child calls, the sorted multiset of its direct
-    member nodes' ``(kind, op)``, and the number of edge slots with both ends inside it (at any depth).
-    Shapes and names do not count (``blocks.0`` and ``blocks.1`` differ only in weights). A run is a
+    member nodes' ``(kind, op, output shape)``, and the number of edge slots with both ends inside it (at
+    any depth). Names do not count (``blocks.0`` and ``blocks.1`` differ only in weights); shapes do, so
+    ResNet stages of different widths stay apart. A run is a
     maximal sequence of calls under one parent, consecutive among that parent's calls in ``calls``
     order, with equal signatures; runs of at least ``fold_min`` calls are returned, in calls order.
     Computed once per graph in O(nodes + calls + edges x module depth).
