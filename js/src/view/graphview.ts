@@ -54,6 +54,8 @@ export interface ShowOptions {
 
 /** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
 const READABLE_ZOOM = 0.75;
+/** Above this many elements, fits use the layout's own bounds instead of Cytoscape's. */
+const BIG_BOUNDS = 3000;
 const POINTER_EVENTS = ["mousedown", "touchstart", "pointerdown", "wheel", "mouseover"] as const;
 
 type FindNearest = (x: number, y: number, interactiveOnly: boolean, isTouch: boolean) => { id(): string } | null;
@@ -274,7 +276,8 @@ export class GraphView {
     this.cy.resize();
     const eles = this.cy.elements();
     if (eles.empty()) return;
-    const bb = eles.boundingBox();
+    const bb = eles.length > BIG_BOUNDS ? this.layoutBounds((k) => !!k) : eles.boundingBox();
+    if (!bb) return;
     const pad = 24;
     const w = this.cy.width();
     const h = Math.max(60, this.cy.height() - this.bottomReserve);
@@ -308,13 +311,46 @@ export class GraphView {
    *  centred on the first row of nodes. */
   fitReadable(): void {
     this.fit();
-    const leaves = this.cy.nodes().filter((n) => n.data("kind") !== "expanded");
-    if (this.cy.zoom() >= READABLE_ZOOM || leaves.empty()) return;
-    const top = Math.min(...leaves.map((n) => n.boundingBox().y1));
-    const firstRow = leaves.filter((n) => n.boundingBox().y1 < top + 120);
-    const bb = firstRow.boundingBox();
+    if (this.cy.zoom() >= READABLE_ZOOM) return;
+    let top: number;
+    let bb: { x1: number; x2: number } | null;
+    if (this.cy.elements().length > BIG_BOUNDS) {
+      // From the layout: Cytoscape's bounding boxes measure every label (seconds at 20,000 nodes).
+      const leaves = this.layoutBounds((_k, open) => !open);
+      if (!leaves) return;
+      top = leaves.y1;
+      bb = this.layoutBounds((_k, open, y1) => !open && y1 < top + 120);
+    } else {
+      const leaves = this.cy.nodes().filter((n) => n.data("kind") !== "expanded");
+      if (leaves.empty()) return;
+      top = Math.min(...leaves.map((n) => n.boundingBox().y1));
+      bb = leaves.filter((n) => n.boundingBox().y1 < top + 120).boundingBox();
+    }
+    if (!bb) return;
     this.cy.zoom(READABLE_ZOOM);
     this.cy.pan({ x: this.cy.width() / 2 - (READABLE_ZOOM * (bb.x1 + bb.x2)) / 2, y: 40 - READABLE_ZOOM * top });
+  }
+
+  /** Bounds of the drawn items (as laid out; labels of leaves are inside their boxes) that `take`. */
+  private layoutBounds(take: (key: string, open: boolean, y1: number) => boolean): { x1: number; y1: number; x2: number; y2: number; w: number; h: number } | null {
+    const snap = this.snapshot;
+    if (!snap) return null;
+    let x1 = Infinity;
+    let y1 = Infinity;
+    let x2 = -Infinity;
+    let y2 = -Infinity;
+    for (const [key, p] of snap.layout.positions) {
+      const box = snap.layout.boxes.get(key);
+      const s = box ?? snap.sizes.get(key);
+      if (!s) continue;
+      const top = p.y - s.height / 2;
+      if (!take(key, !!box, top)) continue;
+      x1 = Math.min(x1, p.x - s.width / 2);
+      y1 = Math.min(y1, top);
+      x2 = Math.max(x2, p.x + s.width / 2);
+      y2 = Math.max(y2, p.y + s.height / 2);
+    }
+    return x1 <= x2 ? { x1, y1, x2, y2, w: x2 - x1, h: y2 - y1 } : null;
   }
 
   zoomReset(): void {
