@@ -11,8 +11,12 @@ HERE = pathlib.Path(__file__).parent
 
 
 def write(name: str, cells: list[tuple[str, str]]) -> None:
+    # Cell ids from the position, not random: regenerating leaves unchanged notebooks byte-identical.
     nb = new_notebook(
-        cells=[new_markdown_cell(src) if kind == "md" else new_code_cell(src) for kind, src in cells],
+        cells=[
+            (new_markdown_cell if kind == "md" else new_code_cell)(src, id=f"cell-{i}")
+            for i, (kind, src) in enumerate(cells)
+        ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
     nbformat.write(nb, HERE / name)
@@ -415,9 +419,74 @@ print(monitor.summary()[:700])"""),
 print(gv.GradientMonitor.load("/tmp/gradviz_monitor.pt"))"""),
 ]
 
+BIG_MODELS = [
+    ("md", """# Big models: 48 blocks, 10,000 and 50,000 autograd nodes
+
+A real network's autograd graph has thousands of nodes. `gradviz_nb` keeps it explorable:
+
+* **repeated blocks fold**: consecutive calls with identical structure (same modules, ops and shapes)
+  are drawn as one stacked box, "48 × Block"; click it to unfold into the individual blocks;
+* **open a box and only that part moves**: the rest of the picture stays where it was;
+* **search** (the box in the toolbar) finds a node, parameter or module by name or op anywhere in the
+  graph, opens what hides it and centres on it; setting `widget.selected` from Python does the same;
+* **big graphs load lazily**: above a few thousand nodes the page first receives the module tree and
+  a compact wiring of the graph (about 95 bytes per node instead of 480), and the full records of a
+  box's nodes when the box is opened (from the kernel, or from the data an exported page embeds);
+* a view that would be unreadable (thousands of items at once) is refused with a message that
+  suggests closing boxes or searching instead."""),
+    ("code", """import json, tempfile, time
+from pathlib import Path
+import torch
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+
+torch.manual_seed(0)
+torch.set_num_threads(1)"""),
+    ("md", """## 1. A 48-block transformer (d_model 256)
+
+About 2,100 autograd nodes. The first view shows the embeddings, one folded "48 × Block" stack and
+the head."""),
+    ("code", """deep = GPT2(GPT2Config(n_layer=48, n_head=4, d_model=256, vocab=1000, block_size=64))
+with gv.capture(deep) as cap:
+    loss = gpt2_loss(deep, batch=1, seq=16)
+t0 = time.perf_counter()
+g = gv.trace(loss, model=deep, capture=cap)
+print(f"traced {len(g):,} nodes in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+w = gv.GraphWidget(g, height=520)
+print("fold groups:", [(f["id"], len(f["calls"]), f["type"]) for f in w.graph_data["folds"]])
+w"""),
+    ("md", """Select a parameter from Python: the page unfolds the stack, opens `blocks.30` and its MLP, and
+centres on the weight. `w.expanded` and `w.unfolded` follow what the page opened."""),
+    ("code", """w.selected = g.find("blocks.30.mlp.c_fc.weight")"""),
+    ("md", """## 2. 10,000 nodes: lazy loading
+
+A 232-block narrow GPT-2 (d_model 32). The widget goes lazy on its own (`widget.lazy`); compare what
+the page receives first with the whole graph."""),
+    ("code", """tall = GPT2(GPT2Config(n_layer=232, n_head=2, d_model=32, vocab=101, block_size=16))
+with gv.capture(tall) as cap2:
+    loss2 = gpt2_loss(tall, batch=1, seq=8)
+t0 = time.perf_counter()
+big = gv.GraphWidget(loss2, model=tall, capture=cap2, height=520)
+print(f"{len(big.graph):,} nodes, lazy={big.lazy}, widget built in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+eager = gv.GraphWidget(big.graph, lazy=False)
+first, whole = len(json.dumps(big.graph_data)), len(json.dumps(eager.graph_data))
+print(f"first payload {first / 1e6:.2f} MB ({first / len(big.graph):.0f} B/node) vs eager {whole / 1e6:.2f} MB")
+big"""),
+    ("md", """Opening a box asks the kernel for that box's nodes only (a few hundred bytes per block). The same
+exchange, by hand:"""),
+    ("code", """reply = big.load_reply(["blocks.100"])
+print(reply["kind"], [(c["call"], len(c["nodes"])) for c in reply["chunks"]])
+print(big.load_reply(["no.such.block"])["error"])"""),
+    ("md", """An exported page carries every box's records and loads them the same way with no kernel:"""),
+    ("code", """out = Path(tempfile.mkdtemp()) / "tall.html"
+big.save_html(out)
+print(out.name, f"{out.stat().st_size / 1e6:.1f} MB")"""),
+]
+
 if __name__ == "__main__":
     write("01_tour.ipynb", TOUR)
     write("02_what_if.ipynb", WHAT_IF)
     write("03_backprop_step_by_step.ipynb", STEP_BY_STEP)
     write("05_share_and_compare.ipynb", SHARE_AND_COMPARE)
     write("04_gradient_flow_and_adapters.ipynb", GRADIENT_FLOW)
+    write("06_big_models.ipynb", BIG_MODELS)
