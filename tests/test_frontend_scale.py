@@ -228,3 +228,31 @@ def test_first_view_too_big_is_not_drawn_search_shows_a_neighbourhood(browser: A
     p.js("() => gv.hook.idle()")
     assert p.js("() => gv.hook.cy.nodes().length") == 0
     assert p.errors == []
+
+
+def test_20k_node_lazy_graph_unfolds_and_expands_without_freezing(browser: Any, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config(n_layer=470, n_head=2, d_model=8, vocab=101, block_size=16))
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model)
+    lazy = LazyGraph(gv.trace(loss, model=model, capture=cap))
+    skeleton = lazy.skeleton()
+    assert len(skeleton["wiring"]["ids"]) > 20_000
+    p = Page(browser, tmp_path, skeleton, lazy.all_chunks())
+    assert p.js("() => gv.hook.folded()") == ["fold:blocks.0"]
+    # A heartbeat every 20 ms: the longest gap is the longest the main thread did not answer.
+    p.js("() => { window.gaps = []; let last = performance.now(); window.beat = setInterval(() => {"
+         " const t = performance.now(); gaps.push(t - last); last = t; }, 20); }")
+    timings = p.js(
+        "async () => { const t0 = performance.now(); await gv.hook.unfold('fold:blocks.0');"
+        " const t1 = performance.now(); await gv.hook.expand('blocks.235'); const t2 = performance.now();"
+        " return {unfold: t1 - t0, expand: t2 - t1}; }"
+    )
+    worst = p.js("() => { clearInterval(window.beat); return Math.max(0, ...window.gaps); }")
+    print(f"\n20k-node lazy GPT-2: unfold 470 blocks {timings['unfold']:.0f} ms, expand blocks.235 "
+          f"{timings['expand']:.0f} ms, longest main-thread stall {worst:.0f} ms")
+    assert p.js("() => gv.hook.visibleCounts().collapsed") >= 470
+    assert p.js("() => gv.hook.cy.$id('c:blocks.235').data('kind')") == "expanded"
+    assert "blocks.235" in p.js("() => gv.hook.loaded()")
+    assert worst < 3000, f"main thread blocked for {worst:.0f} ms"
+    assert p.errors == []

@@ -134,20 +134,28 @@ export function visibleGraph(
   const repOf = new Map<string, string>();
   const shownCalls = new Set<string>();
   let nodes = 0;
+  // Every node of one call has the same stand-in and box: work them out once per call (a 50,000-node
+  // graph has a few thousand calls), "" standing for "the node itself".
+  const perCall = new Map<string, { rep: string; parent: string | null }>();
   for (const n of payload.nodes) {
-    const rep = representative(n, index, expanded, folded);
-    repOf.set(n.id, rep);
-    const chain = n.call ? index.chain.get(n.call) : undefined;
-    if (rep === nodeKey(n.id)) {
-      items.push({ key: rep, type: "node", node: n, parent: enclosingBox(chain, expanded) });
-      nodes++;
+    let at = perCall.get(n.call);
+    if (!at) {
+      const chain = n.call ? index.chain.get(n.call) : undefined;
+      at = { rep: representativeIn(n.call, "", index, expanded, folded), parent: enclosingBox(chain, expanded) };
+      perCall.set(n.call, at);
+      // Every call on the chain down to the representative is shown (expanded ones as compounds).
+      // A folded call stands for its whole group: the group's first call marks it shown.
+      for (const c of chain ?? []) {
+        const g = folded.get(c);
+        shownCalls.add(g ? g.calls[0] : c);
+        if (g || !expanded.has(c)) break;
+      }
     }
-    // Every call on the chain down to the representative is shown (expanded ones as compounds).
-    // A folded call stands for its whole group: the group's first call marks it shown.
-    for (const c of chain ?? []) {
-      const g = folded.get(c);
-      shownCalls.add(g ? g.calls[0] : c);
-      if (g || !expanded.has(c)) break;
+    const rep = at.rep || nodeKey(n.id);
+    repOf.set(n.id, rep);
+    if (!at.rep) {
+      items.push({ key: rep, type: "node", node: n, parent: at.parent });
+      nodes++;
     }
   }
   let collapsed = 0;
