@@ -128,7 +128,7 @@ def test_folded_stack_is_one_box_and_a_click_unfolds_it(browser: Any, tmp_path: 
     p = Page(browser, tmp_path, to_payload(gpt2))
     stack = p.js("() => { const n = gv.hook.cy.$id('f:fold:blocks.0'); return [n.data('kind'), n.data('label')]; }")
     assert stack[0] == "folded"
-    assert stack[1].splitlines()[:2] == ["⧉ 6 × Block", "blocks.0 … blocks.5"]
+    assert stack[1].splitlines()[:2] == ["▸ 6 × Block", "blocks.0 … blocks.5"]
     assert p.js("() => gv.hook.cy.nodes().filter((n) => n.id().startsWith('c:blocks.')).length") == 0
     assert p.js("() => gv.hook.visibleCounts().folded") == 1
     assert p.js("() => gv.hook.cy.$id('f:fold:blocks.0').connectedEdges().length") >= 2  # edges run through it

@@ -201,7 +201,7 @@ test("folds: a group is one stacked item; edges go through it; expanding a membe
   assert.equal(pair(foldKey("fold:blocks.0"), callKey("ln_f"))?.count, 1);
   assert.ok(!g.edges.some((e) => e.source === e.target));
   assert.equal(representative(p.nodes.find((n) => n.id === "blocks.3.fc.mm")!, index, new Set(), folded), foldKey("fold:blocks.0"));
-  assert.equal(stack.type === "folded" && foldedLabel(stack.calls, stack.size), "⧉ 4 × Block\nblocks.0 … blocks.3\n16 nodes");
+  assert.equal(stack.type === "folded" && foldedLabel(stack.calls, stack.size), "▸ 4 × Block\nblocks.0 … blocks.3\n16 nodes");
   // Unfolded by the user: the blocks are boxes again.
   const open = visibleGraph(p, new Set(), index, foldedCalls(folds, new Set(), new Set(["fold:blocks.0"])));
   assert.equal(open.counts.collapsed, 6);

@@ -40,12 +40,12 @@ export function collapsedLabel(call: ModuleCall, size: number): string {
   return `▸ ${call.id || call.path}\n${call.type} · ${plural(size, "node")}`;
 }
 
-/** Folded stack of repeated calls: "⧉ 48 × Block", "blocks.0 … blocks.47", "1,234 nodes". */
+/** Folded stack of repeated calls: "▸ 48 × Block", "blocks.0 … blocks.47", "1,234 nodes". */
 export function foldedLabel(calls: readonly ModuleCall[], size: number): string {
   const first = calls[0];
   const last = calls[calls.length - 1];
   const name = (c: ModuleCall): string => c.id || c.path;
-  return `⧉ ${calls.length} × ${first?.type ?? ""}\n${first ? name(first) : ""} … ${last ? name(last) : ""}\n${thousands(size)} ${size === 1 ? "node" : "nodes"}`;
+  return `▸ ${calls.length} × ${first?.type ?? ""}\n${first ? name(first) : ""} … ${last ? name(last) : ""}\n${thousands(size)} ${size === 1 ? "node" : "nodes"}`;
 }
 
 /** Tooltip of a folded stack: what it holds and what a click does. */
