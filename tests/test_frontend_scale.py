@@ -65,13 +65,18 @@ class Page(MountedPage):
     def message(self) -> str:
         return str(self.page.locator("[data-testid=gradviz-message]").inner_text())
 
-    def click_key(self, key: str) -> None:
-        point = self.js(
+    def point(self, key: str) -> dict[str, float]:
+        """Client coordinates of a drawn element's centre."""
+        point: dict[str, float] | None = self.js(
             "(k) => { const n = gv.hook.cy.$id(k); if (n.empty()) return null; const r = gv.hook.cy.container()"
             ".getBoundingClientRect(); const p = n.renderedPosition(); return {x: r.left + p.x, y: r.top + p.y}; }",
             key,
         )
         assert point, f"{key} is not drawn"
+        return point
+
+    def click_key(self, key: str) -> None:
+        point = self.point(key)
         self.page.mouse.click(point["x"], point["y"])
 
     def search(self, text: str) -> list[str]:
@@ -132,6 +137,12 @@ def test_folded_stack_is_one_box_and_a_click_unfolds_it(browser: Any, tmp_path: 
     assert p.js("() => gv.hook.cy.nodes().filter((n) => n.id().startsWith('c:blocks.')).length") == 0
     assert p.js("() => gv.hook.visibleCounts().folded") == 1
     assert p.js("() => gv.hook.cy.$id('f:fold:blocks.0').connectedEdges().length") >= 2  # edges run through it
+    box = p.point("f:fold:blocks.0")
+    p.page.mouse.move(box["x"], box["y"])
+    tooltip = p.page.locator("[data-testid=gradviz-tooltip]")
+    tooltip.wait_for()
+    assert tooltip.inner_text().startswith("6 calls of Block (blocks.0 … blocks.5), 258 nodes in all")
+    p.page.mouse.move(5, 5)
     svg = p.js("() => gv.hook.toSVG()")
     assert 'id="f:fold:blocks.0"' in svg and "6 × Block" in svg
     p.page.screenshot(path=str(SCREENSHOTS / "scale_folded.png"))
@@ -202,6 +213,21 @@ def test_cap_refuses_expand_all(browser: Any, tmp_path: Path) -> None:
     assert p.message() == f"Expand all would draw {items:,} items (limit 3,000): collapse other boxes or use search."
     assert p.js("() => gv.hook.visibleCounts()") == before
     assert p.js("() => gv.model.state.expanded") == []
+    # One more open box past the cap is refused too, saying which.
+    blocks = [c["id"] for c in payload["calls"]]
+    per_block = sum(1 for n in payload["nodes"] if n["call"] == "blocks.0")
+    top = sum(1 for n in payload["nodes"] if n["call"] == "")
+    k = (3000 - top - len(blocks)) // per_block  # items(k) = top + boxes + k * members <= 3000 < items(k + 1)
+    p.js("(e) => gv.model.set('expanded', e)", blocks[:k])
+    p.js("() => gv.hook.idle()")
+    counts = p.js("() => gv.hook.visibleCounts()")
+    assert counts["nodes"] + counts["collapsed"] + counts["expanded"] == top + len(blocks) + k * per_block
+    p.js("(b) => gv.hook.expand(b)", blocks[k])
+    assert p.message() == (f"Opening {blocks[k]} would draw {top + len(blocks) + (k + 1) * per_block:,} items "
+                           "(limit 3,000): collapse other boxes or use search.")
+    assert p.js("() => gv.model.state.expanded") == blocks[:k]
+    p.page.click("[data-testid=gradviz-collapse-all]")
+    p.js("() => gv.hook.idle()")
     # Python asking for too much is refused the same way, and the trait is set back.
     p.js("(e) => gv.model.set('expanded', e)", [c["id"] for c in payload["calls"]])
     p.js("() => gv.hook.idle()")
