@@ -56,6 +56,8 @@ export interface ShowOptions {
 const READABLE_ZOOM = 0.75;
 /** Above this many elements, fits use the layout's own bounds instead of Cytoscape's. */
 const BIG_BOUNDS = 3000;
+/** Edge data that toSegments() sets (an edge is kept in place only when these are unchanged). */
+const SEGMENT_KEYS = ["ws", "ds", "sep", "tep"] as const;
 const POINTER_EVENTS = ["mousedown", "touchstart", "pointerdown", "wheel", "mouseover"] as const;
 
 type FindNearest = (x: number, y: number, interactiveOnly: boolean, isTouch: boolean) => { id(): string } | null;
@@ -217,22 +219,63 @@ export class GraphView {
       });
     }
     const selected = this.cy.$("node:selected").map((n) => n.id());
+    let fresh: ElementDefinition[] = elements;
     this.cy.batch(() => {
-      this.cy.elements().remove();
-      this.cy.add(elements);
+      if (layout.incremental) fresh = this.update(elements);
+      else this.cy.elements().remove();
+      const added = this.cy.add(fresh);
       for (const id of selected) this.cy.getElementById(id).select();
-    });
-    this.shown = graph;
-    this.cy.batch(() => {
-      this.cy.elements().forEach((ele) => {
+      added.forEach((ele) => {
         ele.scratch("_base", ele.classes().join(" "));
         ele.scratch("_cls", ele.scratch("_base"));
       });
     });
+    this.shown = graph;
     this.paint(this.paintState);
     if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
     else if (options.fit) this.fitReadable();
     return true;
+  }
+
+  /** After an incremental layout: keep the elements that are still drawn alike (moving them, and
+   *  resizing refitted boxes), remove the others; returns the definitions still to add. Kept elements
+   *  keep their Cytoscape caches (label sizes, styles), which is most of the saving on big views. */
+  private update(elements: ElementDefinition[]): ElementDefinition[] {
+    const want = new Map<string, ElementDefinition>();
+    for (const def of elements) want.set(def.data.id!, def);
+    const gone = this.cy.collection();
+    this.cy.elements().forEach((ele) => {
+      const def = want.get(ele.id());
+      const d = def?.data;
+      if (!def || !d) {
+        gone.merge(ele);
+        return;
+      }
+      if (ele.group() === "nodes") {
+        if (d.kind !== ele.data("kind") || d.base !== ele.data("base") || d.box !== ele.data("box") || d.z !== ele.data("z")) {
+          gone.merge(ele);
+          return;
+        }
+        if (d.bw !== ele.data("bw") || d.bh !== ele.data("bh")) {
+          // A refitted open box: back to its base label and size; paint() redoes any decoration.
+          ele.data({ label: d.base, w: d.w, h: d.h, bw: d.bw, bh: d.bh });
+          ele.removeScratch("_f");
+        }
+        const p = def.position;
+        const q = ele.position();
+        if (p && (p.x !== q.x || p.y !== q.y)) ele.position(p);
+        return;
+      }
+      const same =
+        d.source === ele.data("source") &&
+        d.target === ele.data("target") &&
+        d.count === ele.data("count") &&
+        (def.classes ?? "") === (ele.scratch("_base") ?? "") &&
+        SEGMENT_KEYS.every((k) => JSON.stringify(d[k]) === JSON.stringify(ele.data(k)));
+      if (!same) gone.merge(ele);
+    });
+    gone.remove();
+    return elements.filter((def) => this.cy.getElementById(def.data.id!).empty());
   }
 
   /** Incremental when asked and possible (one changed region, see incremental.ts), else whole-graph. */
