@@ -34,7 +34,7 @@ def reassemble(skeleton: dict[str, Any], chunk_list: list[dict[str, Any]]) -> di
     w = skeleton["wiring"]
     ids = w["ids"]
     records = {n["id"]: n for n in skeleton["nodes"]}
-    shapes: dict[int, Any] = {}
+    shapes: dict[int, Any] = dict(skeleton["edge_shapes"])
     for chunk in chunk_list:
         for n in chunk["nodes"]:
             assert records.setdefault(n["id"], n) == n  # a loaded record never disagrees with its chunk
@@ -46,7 +46,7 @@ def reassemble(skeleton: dict[str, Any], chunk_list: list[dict[str, Any]]) -> di
          "input_nr": slots[4 * k + 3], "shape": shapes[k]}
         for k in range(len(slots) // 4)
     ]
-    rest = {k: v for k, v in skeleton.items() if k not in ("wiring", "loaded")}
+    rest = {k: v for k, v in skeleton.items() if k not in ("wiring", "loaded", "edge_shapes")}
     return {**rest, "nodes": [records[i] for i in ids], "edges": edges}
 
 
@@ -246,3 +246,13 @@ def test_lazy_records_have_exactly_the_contract_fields() -> None:
     assert set(chunk["nodes"][0]) == interface_fields("GraphNode")
     w = gv.GraphWidget(g, lazy=True)
     assert set(w.load_reply(["blocks.0"])) | {"error"} == interface_fields("LoadReply")
+
+
+def test_skeleton_carries_the_shapes_of_edges_touching_loaded_calls() -> None:
+    g = gpt2(4)
+    eager = plain(to_payload(g))
+    skeleton = plain(lazy_payload(g, ["", "blocks.1"]))
+    members = {n["id"] for n in skeleton["nodes"]}
+    touching = [k for k, e in enumerate(eager["edges"]) if e["source"] in members or e["target"] in members]
+    assert skeleton["edge_shapes"] == [[k, eager["edges"][k]["shape"]] for k in touching]
+    assert any(shape is not None for _, shape in skeleton["edge_shapes"])

@@ -36,7 +36,7 @@ def test_payload_has_exactly_the_contract_fields() -> None:
     payload = to_payload(gpt2_graph(2))
     json.dumps(payload)  # plain JSON, nothing else
     # Eager: everything but the lazy-mode fields (tests/test_lazy.py covers those).
-    assert set(payload) == interface_fields("GraphPayload") - {"wiring", "loaded"}
+    assert set(payload) == interface_fields("GraphPayload") - {"wiring", "loaded", "edge_shapes"}
     assert interface_fields("GraphPayload", optional=False) <= set(payload)
     assert set(payload["nodes"][0]) == interface_fields("GraphNode")
     assert set(payload["edges"][0]) == interface_fields("GraphEdge")

@@ -104,6 +104,7 @@ class LazyGraph:
         open_calls = self.close(loaded)
         g = self.graph.nx
         members = sorted(i for call in open_calls for i in self._members[call])
+        slots = sorted({k for call in open_calls for k in self._incident[call]})
         return {
             "version": 1,
             "nodes": [node_record(self.ids[i], g.nodes[self.ids[i]]) for i in members],
@@ -113,6 +114,7 @@ class LazyGraph:
             "meta": graph_meta(self.graph, len(self._shapes)),
             "folds": self.folds(),
             "loaded": open_calls,
+            "edge_shapes": [[k, self._shapes[k]] for k in slots],
             "wiring": self.wiring(),
         }
 

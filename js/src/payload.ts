@@ -77,6 +77,8 @@ export interface GraphPayload {
   wiring?: Wiring;
   /** Lazy mode: call ids whose direct member nodes are in `nodes` ("" = the top level). */
   loaded?: string[];
+  /** Lazy mode: shapes of the edge slots touching the loaded calls' nodes, as in `Chunk.edge_shapes`. */
+  edge_shapes?: [number, number[] | null][];
   /** Runs of consecutive sibling calls with identical structure, drawn folded as one stacked box
    *  ("48 × Block") until unfolded. Optional (older payloads have none). */
   folds?: FoldGroup[];

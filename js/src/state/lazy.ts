@@ -48,6 +48,7 @@ export function inflate(payload: GraphPayload): { payload: GraphPayload; lazy: L
   for (let k = 0; k + 3 < w.edges.length; k += 4) {
     edges.push({ source: w.ids[w.edges[k]], target: w.ids[w.edges[k + 1]], output_nr: w.edges[k + 2], input_nr: w.edges[k + 3], shape: null });
   }
+  for (const [slot, shape] of payload.edge_shapes ?? []) if (edges[slot]) edges[slot].shape = shape;
   const full: GraphPayload = { ...payload, nodes, edges };
   return { payload: full, lazy: { loaded: new Set(payload.loaded ?? []), pos } };
 }
