@@ -229,3 +229,30 @@ test("collapse after expand: a consistent picture, the box back in the same plac
   }
   void expand;
 });
+
+test("a shift that would make two siblings overlap gives null (the caller lays out everything)", () => {
+  const leaf = (key: string) => ({ key, type: "node" as const, node: {} as never, parent: null });
+  const at = (x1: number, y1: number, x2: number, y2: number) => ({
+    p: { x: (x1 + x2) / 2, y: (y1 + y2) / 2 },
+    s: { width: x2 - x1, height: y2 - y1 },
+  });
+  // R is replaced by a box 200 wider; T (tall, left of R, reaching above it) moves left by 100 into A,
+  // which sits above R and is left alone.
+  const geo = { "c:R": at(0, 100, 100, 130), "n:T": at(-100, 50, -50, 300), "n:A": at(-200, 0, -110, 60) };
+  const g0 = { items: [leaf("n:T"), leaf("n:A"), { ...leaf("c:R"), type: "collapsed" as const, call: {} as never, size: 3 }], edges: [], counts: {} } as unknown as VisibleGraph;
+  const g1 = { items: [leaf("n:T"), leaf("n:A"), leaf("n:X")], edges: [], counts: {} } as unknown as VisibleGraph;
+  const sizes0 = new Map(Object.entries(geo).map(([k, v]) => [k, v.s]));
+  const prev: Snapshot = { graph: g0, layout: { positions: new Map(Object.entries(geo).map(([k, v]) => [k, v.p])), boxes: new Map(), routes: new Map() }, sizes: sizes0 };
+  const sizes1 = new Map([...sizes0, ["n:X", { width: 300, height: 30 }]]);
+  const region = findRegion(g0, g1, { prev: sizes0, next: sizes1 }, 1)!;
+  assert.deepEqual(region.addedTops, ["n:X"]);
+  const sub: Layout = { positions: new Map([["n:X", { x: 150, y: 15 }]]), boxes: new Map(), routes: new Map() };
+  assert.equal(placeRegion(prev, g1, region, sub, sizes1), null);
+  // Without A in the way the same change places fine: T moved left by half the width change.
+  const g0b = { ...g0, items: g0.items.filter((i) => i.key !== "n:A") };
+  const g1b = { ...g1, items: g1.items.filter((i) => i.key !== "n:A") };
+  const placed = placeRegion({ ...prev, graph: g0b }, g1b, findRegion(g0b, g1b, { prev: sizes0, next: sizes1 }, 1)!, sub, sizes1)!;
+  assert.ok(placed);
+  assert.equal(placed.layout.positions.get("n:T")!.x, -75 - 100);
+  assert.deepEqual(placed.layout.positions.get("n:X"), { x: 50, y: 115 });
+});
