@@ -256,3 +256,32 @@ test("a shift that would make two siblings overlap gives null (the caller lays o
   assert.equal(placed.layout.positions.get("n:T")!.x, -75 - 100);
   assert.deepEqual(placed.layout.positions.get("n:X"), { x: 50, y: 115 });
 });
+
+test("random expand / collapse walks: every incremental picture is consistent", async () => {
+  let seed = 7;
+  const rand = (n: number): number => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed % n;
+  };
+  const ids = index.order;
+  let expanded = new Set<string>();
+  let g = visibleGraph(payload, expanded, index);
+  let sizes = sizeFor(g);
+  let snap: Snapshot = { graph: g, layout: await layout(g, sizes), sizes };
+  let incremental = 0;
+  for (let i = 0; i < 40; i++) {
+    const shown = ids.filter((id) => g.items.some((it) => it.key === "c:" + id));
+    const id = shown[rand(shown.length)];
+    expanded = expanded.has(id) ? collapse(expanded, id, index) : expand(expanded, id, index);
+    const next = visibleGraph(payload, expanded, index);
+    const nextSizes = sizeFor(next);
+    const region = findRegion(snap.graph, next, { prev: snap.sizes, next: nextSizes });
+    const placed = region ? placeRegion(snap, next, region, await layout(region.sub, nextSizes), nextSizes) : null;
+    const l = placed ? placed.layout : await layout(next, nextSizes);
+    if (placed) incremental++;
+    assertConsistent(next, l, nextSizes);
+    g = next;
+    snap = { graph: next, layout: l, sizes: nextSizes };
+  }
+  assert.ok(incremental > 30, `incremental ${incremental} of 40`);
+});
