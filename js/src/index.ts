@@ -386,6 +386,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
         if (applied) {
           root.dataset.layoutMs = String(Math.round(view.lastLayoutMs));
           root.dataset.simpleLayout = String(view.simpleLayout);
+          root.dataset.layoutIncremental = String(view.lastLayoutIncremental);
           if (view.simpleLayout) {
             toolbar.setMessage(
               `Large graph: ${shown} items on screen, drawn with a plain layered layout (straight edges; open ` +
