@@ -20,7 +20,12 @@ and measures (wall clock, in the page's ``performance.now()`` except the first r
 | column | what |
 |---|---|
 | first render | from ``page.goto`` to ``.gradviz-root`` ``data-layout === 'idle'`` (parse, bundle import, layout) |
-| expand | ``await __gradviz.expand('blocks.3'); await __gradviz.idle()`` (and ``lastLayoutMs()``) |
+| unfold | ``__gradviz.unfold(<the folded stack>)`` then ``idle()``: the "N x Block" stack into its blocks |
+| expand | ``await __gradviz.expand('blocks.3'); await __gradviz.idle()`` (``lastLayoutMs()``, and whether the
+  layout was incremental); lazy pages include loading the block's nodes |
+| max stall | the longest gap between 5 ms timer ticks in the page during unfold, expand and reveal |
+| search | one ``__gradviz.search('c_fc.weight')`` over every node and box (after a first query built the index) |
+| reveal | ``__gradviz.reveal('blocks.<n-2>.mlp.c_fc')``: load, open and centre a box two levels deep |
 | what-if mode | ``setWhatIfMode(true)`` then two animation frames |
 | toggle | ``gradvizModel.set('toggles', {detach: ['call:blocks.3']})`` then two animation frames (median of on/off) |
 | step | on the recording page, ``__gradviz.stepTo(i)`` then two animation frames, 9 cursors spread over the pass |
@@ -57,13 +62,29 @@ IDLE = "() => document.querySelector('.gradviz-root')?.dataset.layout === 'idle'
 RAF2 = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
 
 # Every in-page measurement races a timer, so a slow step reports "timeout" while the page still answers.
-JS_EXPAND = """async ([id, limit]) => {
+JS_EXPAND = """async ([what, id, limit]) => {
   const h = document.querySelector('.gradviz-root').__gradviz;
+  // Heartbeat: the longest gap between 5 ms timer ticks is the longest main-thread stall.
+  let last = performance.now(), stall = 0;
+  const beat = setInterval(() => { const t = performance.now(); stall = Math.max(stall, t - last); last = t; }, 5);
   const t = performance.now();
-  const done = h.expand(id).then(() => h.idle()).then(() => 'ok', (e) => 'error: ' + e);
+  const run = what === 'unfold' ? h.unfold(id) : what === 'reveal' ? h.reveal(id) : h.expand(id);
+  const done = run.then(() => h.idle()).then(() => 'ok', (e) => 'error: ' + e);
   const r = await Promise.race([done, new Promise((res) => setTimeout(() => res('timeout'), limit))]);
   const ms = performance.now() - t;
-  return { r, ms, layout: h.lastLayoutMs(), counts: h.visibleCounts() };
+  clearInterval(beat);
+  stall = Math.max(stall, performance.now() - last);
+  const root = document.querySelector('.gradviz-root');
+  return { r, ms, stall, layout: h.lastLayoutMs(), counts: h.visibleCounts(),
+           incremental: root.dataset.layoutIncremental === 'true', loaded: h.loaded().length };
+}"""
+
+JS_SEARCH = """(q) => {
+  const h = document.querySelector('.gradviz-root').__gradviz;
+  h.search(q);  // the first query builds the index
+  const t = performance.now();
+  const hits = h.search(q);
+  return { ms: performance.now() - t, hits: hits.length };
 }"""
 
 JS_FRAMES = """async ([what, arg, limit]) => {
@@ -114,6 +135,7 @@ def child(spec: str, outdir: Path, op_timeout_ms: int, steps: int) -> None:
 
     t0 = time.perf_counter()
     widget = GraphWidget(loss, model=model, capture=cap)
+    widget_lazy = widget.lazy
     graph_page = gv.export_html(widget, outdir / f"graph_{spec}.html")
     emit(key="export_graph_s", value=time.perf_counter() - t0, bytes=graph_page.stat().st_size)
     del widget
@@ -146,12 +168,22 @@ def child(spec: str, outdir: Path, op_timeout_ms: int, steps: int) -> None:
             " return { layout: Number(r.dataset.layoutMs), nodes: r.dataset.visibleNodes,"
             " boxes: r.dataset.visibleBoxes }; }"
         )
-        emit(key="first_render", status="ok", ms=first * 1e3, **info)
+        emit(key="first_render", status="ok", ms=first * 1e3, lazy=widget_lazy, **info)
 
-        res = page.evaluate(JS_EXPAND, [BLOCK, op_timeout_ms])
-        emit(key="expand", status=res["r"], ms=res["ms"], layout=res["layout"], counts=res["counts"])
-        if res["r"] == "timeout":  # the page may still be laying out: let it finish before toggling
-            page.wait_for_function(IDLE, timeout=op_timeout_ms, polling=50)
+        def box_op(key: str, what: str, target: str) -> None:
+            res = page.evaluate(JS_EXPAND, [what, target, op_timeout_ms])
+            emit(key=key, status=res["r"], ms=res["ms"], layout=res["layout"], stall=res["stall"],
+                 counts=res["counts"], incremental=res["incremental"], loaded=res["loaded"])
+            if res["r"] == "timeout":  # the page may still be laying out: let it finish first
+                page.wait_for_function(IDLE, timeout=op_timeout_ms, polling=50)
+
+        folded = page.evaluate("() => document.querySelector('.gradviz-root').__gradviz.folded()")
+        if folded:
+            box_op("unfold", "unfold", folded[0])
+        box_op("expand", "expand", BLOCK)
+        res = page.evaluate(JS_SEARCH, "c_fc.weight")
+        emit(key="search", status="ok", ms=res["ms"], hits=res["hits"])
+        box_op("reveal", "reveal", f"blocks.{n_layer - 2}.mlp.c_fc")
 
         res = page.evaluate(JS_FRAMES, ["mode", True, op_timeout_ms])
         emit(key="whatif_mode", status=res["r"], ms=res["ms"])
@@ -288,11 +320,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             rows.append((spec, res))
     print(
-        "\n| size | autograd nodes | page MB | export s | first render ms | visible nodes/boxes | expand ms "
-        "| (layout ms) | what-if mode ms | toggle ms | rec page MB | rec render ms | steps | step ms (median) "
-        "| step ms (max) |"
+        "\n| size | autograd nodes | lazy | page MB | export s | first render ms | visible nodes/boxes "
+        "| unfold ms | expand ms | (layout ms, incremental) | max stall ms | search ms | reveal ms "
+        "| what-if mode ms | toggle ms | rec page MB | rec render ms | steps | step ms (median) | step ms (max) |"
     )
-    print("|---|" + "---:|" * 14)
+    print("|---|" + "---:|" * 19)
     for spec, res in rows:
         nodes = res.get("nodes", {})
         eg, er = res.get("export_graph_s", {}), res.get("export_record_s", {})
@@ -303,9 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         export_s = f"{eg['value']:.1f}" if eg else "-"
         n_str = f"{nodes['value']:,}" if nodes else "-"
         label = f"{spec} ({nodes.get('n_layer', '?')} layers, d {nodes.get('d_model', '?')})"
+        ex = res.get("expand", {})
+        layout = f"{cell(res, 'expand', 'layout')}, {'yes' if ex.get('incremental') else 'no'}" if ex else "-"
+        stall = max((res.get(k, {}).get("stall") or 0) for k in ("unfold", "expand", "reveal"))
         print(
-            f"| {label} | {n_str} | {page_mb} | {export_s} | {cell(res, 'first_render')} | "
-            f"{vis} | {cell(res, 'expand')} | {cell(res, 'expand', 'layout')} | {cell(res, 'whatif_mode')} | "
+            f"| {label} | {n_str} | {'yes' if fr.get('lazy') else 'no'} | {page_mb} | {export_s} | "
+            f"{cell(res, 'first_render')} | {vis} | {cell(res, 'unfold')} | {cell(res, 'expand')} | {layout} | "
+            f"{stall:.0f} | {cell(res, 'search')} | {cell(res, 'reveal')} | {cell(res, 'whatif_mode')} | "
             f"{cell(res, 'toggle')} | {rec_mb} | {cell(res, 'record_render')} | {er.get('steps', '-')} | "
             f"{cell(res, 'step')} | {cell(res, 'step', 'max_ms')} |"
         )
