@@ -1,6 +1,6 @@
 // Search by name or op over the WHOLE payload (every node and every module call, loaded or not: in
 // lazy mode labels, ops and leaf names come with the wiring), case-insensitive substring. Ranking:
-// exact matches first, then leaves, boxes, ops (roots with ops); payload order within a rank.
+// exact matches first, then leaves, boxes, ops (roots with ops); forward order within a rank.
 import type { GraphPayload } from "../payload";
 import { nodeTitle } from "./labels";
 
@@ -40,7 +40,11 @@ export function searchIndex(payload: GraphPayload): SearchIndex {
     const fields = [c.id, c.type].map((s) => s.toLowerCase());
     entries.push({ hit: { key: "c:" + c.id, id: c.id, label: `${c.id} · ${c.type}` }, text: fields.join("\u0000"), fields, rank: RANK.box });
   }
-  for (const n of payload.nodes) {
+  // Nodes come in walk order, from the loss backwards; calls in forward order. Sorting nodes by their
+  // call's position (stable) makes hits read forwards: blocks.0 before blocks.47.
+  const callPos = new Map(payload.calls.map((c, i) => [c.id, i]));
+  const nodes = [...payload.nodes].sort((a, b) => (callPos.get(a.call) ?? -1) - (callPos.get(b.call) ?? -1));
+  for (const n of nodes) {
     const fields = [n.label, n.op, ...n.names].filter(Boolean).map((s) => s.toLowerCase());
     const where = n.call ? ` · in ${n.call}` : "";
     const label = nodeTitle(n) + (n.kind === "leaf" ? "" : n.op && n.op !== nodeTitle(n) ? ` (${n.op})` : "") + where;
