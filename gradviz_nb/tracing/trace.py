@@ -43,8 +43,8 @@ def trace(
             loss = model(x).sum()
         g = gv.trace(loss, model=model, capture=cap)
     """
-    graph, _ = trace_with_nodes(roots, model, capture, names)
-    return graph  # the node map goes out of scope here: nothing pins the autograd graph
+    graph, _ = _trace(roots, model, capture, names, want_nodes=False)
+    return graph  # no node map was made: nothing pins the autograd graph
 
 
 def trace_with_nodes(
@@ -55,6 +55,16 @@ def trace_with_nodes(
 ) -> tuple[AutogradGraph, dict[Any, str]]:
     """:func:`trace`, plus the live autograd Node -> node id map, for analyses that must hook the nodes
     (backward recording). The caller must drop the map as soon as it is done: it pins the graph."""
+    return _trace(roots, model, capture, names, want_nodes=True)
+
+
+def _trace(
+    roots: torch.Tensor | Sequence[torch.Tensor],
+    model: nn.Module | None,
+    capture: Capture | None,
+    names: Mapping[str, torch.Tensor] | None,
+    want_nodes: bool,
+) -> tuple[AutogradGraph, dict[Any, str]]:
     tensors = _check_roots(roots, model)
     captures = [capture] if capture is not None else watched()
     if model is None and capture is None:
@@ -62,7 +72,7 @@ def trace_with_nodes(
     edges = [torch.autograd.graph.get_gradient_edge(t) for t in tensors]
     raw, keys = walk([e.node for e in edges])
     root_edges = [(keys[e.node], int(e.output_nr)) for e in edges]
-    nodes = {fn: f"n{key}" for fn, key in keys.items()}
+    nodes = {fn: f"n{key}" for fn, key in keys.items()} if want_nodes else {}
     del edges, keys
     leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
     values = {f"n{r.key}": _small(r.leaf) for r in raw if r.leaf is not None}
