@@ -70,7 +70,8 @@ POINT_JS = """(root, id) => {
     // tap to the edge. So try points along the header label row and the top strip, and keep the
     // first one cytoscape's own hit test (renderer().findNearestElement, private but stable since
     // 3.x) assigns to the box. A real mouse click then goes there.
-    const g = root.__gradviz, cy = g.cy, key = 'c:' + id, n = cy.getElementById(key);
+    // `id` is a call id, or a folded stack's element key ("f:fold:blocks.0").
+    const g = root.__gradviz, cy = g.cy, key = id.startsWith('f:') ? id : 'c:' + id, n = cy.getElementById(key);
     if (n.empty()) return null;
     const rect = cy.container().getBoundingClientRect();
     const pan = cy.pan(), z = cy.zoom();
@@ -79,7 +80,8 @@ POINT_JS = """(root, id) => {
                                                      (cy_ - rect.top - pan.y) / z, true, false);
         return !!el && el.id() === key;
     };
-    const candidates = [g.boxPoint(id)];
+    const centre = () => { const q = n.renderedPosition(); return {x: rect.left + q.x, y: rect.top + q.y}; };
+    const candidates = [key.startsWith('c:') ? g.boxPoint(id) : centre()];
     const bb = n.renderedBoundingBox({includeLabels: false, includeOverlays: false});
     const bl = n.renderedBoundingBox({includeLabels: true, includeOverlays: false});
     const mid = (bb.x1 + bb.x2) / 2, half = (bb.x2 - bb.x1) / 2;
@@ -166,8 +168,14 @@ def test_gpt2_widget_expand_and_collapse_by_mouse(
     start = root.evaluate(STATE_JS)
     lap("model + widget drawn")
     assert start["layout"] == "idle", start
-    assert start["counts"]["collapsed"] >= 12, f"expected 12 collapsed blocks: {start}"
+    assert start["counts"]["folded"] == 1, f"expected the 12 blocks folded into one stack: {start}"
     assert BOX not in _expanded_in_kernel(nb)
+
+    # Unfold the "12 x Block" stack with a real click: the blocks appear as closed boxes.
+    start, _ = _click_box_until(
+        nb, root, "f:fold:blocks.0", lambda s: s["counts"]["collapsed"] >= 12 and not s["counts"]["folded"], "unfold"
+    )
+    lap("unfold by click")
 
     # Open blocks.3 with a real mouse click on its box.
     opened, clicks = _click_box_until(
