@@ -76,6 +76,8 @@ export function relayout(
 
 function afterLayout(ctx: WidgetContext, shown: number, options: { anchor?: Anchor; fit?: boolean }): void {
   const { root, view } = ctx;
+  // The element under the pointer may be gone (an unfolded stack): no stale tooltip over the new view.
+  ctx.tooltip.hide();
   root.dataset.layoutMs = String(Math.round(view.lastLayoutMs));
   root.dataset.simpleLayout = String(view.simpleLayout);
   root.dataset.layoutIncremental = String(view.lastLayoutIncremental);
