@@ -283,6 +283,8 @@ def _common_ancestor(calls: list[ModuleCall | None]) -> ModuleCall | None:
     """Deepest call holding all of ``calls``: where a leaf used by several calls is drawn."""
     if not calls:
         return None
+    if all(c is calls[0] for c in calls):  # the usual leaf: one consumer, or one call using it repeatedly
+        return calls[0]
     common = _chain(calls[0])
     for call in calls[1:]:
         chain = _chain(call)
@@ -313,7 +315,9 @@ def _name_calls(g: nx.DiGraph, extra: list[ModuleCall | None]) -> dict[int, str]
     ``extra`` are calls used by ghosts only. Returns ``id(call) -> call id``.
     """
     used: dict[int, ModuleCall] = {}
-    for call in [call for _, call in g.nodes(data="_call")] + extra:
+    distinct = {id(call): call for _, call in g.nodes(data="_call")}  # thousands of nodes, few calls
+    distinct.update((id(call), call) for call in extra)
+    for call in distinct.values():
         for c in _chain(_box(call)):
             used[id(c)] = c
     ordered = sorted(used.values(), key=lambda c: (c.start, -c.end))

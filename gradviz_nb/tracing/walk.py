@@ -13,7 +13,7 @@ _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 
 
 # (device, storage address) -> (storage index, holds a parameter?) for one walk
-Storages = dict[tuple[Any, int], tuple[int, bool]]
+Storages = dict[tuple[Any, int], tuple[int, bool, int]]  # (device, base pointer) -> (index, param, bytes)
 
 
 @dataclass
@@ -109,17 +109,19 @@ def _saved_memory(raw: Any, entry: dict[str, Any], storages: Storages) -> None:
     if entry["shape"] is None and len(tensors) == 1:
         entry["shape"] = list(t.shape)
     entry["dtype"] = entry["dtype"] or _dtype_name(t.dtype)
-    storage = t.untyped_storage()
-    key = (t.device, int(storage.data_ptr()))
-    # One storage is a parameter's or not for every tensor on it: ask once per walk (Parameter's
-    # isinstance check is slow).
-    if key not in storages:
-        storages[key] = (len(storages), _is_parameter(t))
-    index, param = storages[key]
+    size = t.element_size()
+    # The storage's base address without building a storage object per tensor (most saved tensors
+    # share a few storages); the storage itself is asked once per walk for its size.
+    key = (t.device, t.data_ptr() - t.storage_offset() * size)
+    known = storages.get(key)
+    if known is None:
+        # One storage is a parameter's or not for every tensor on it (Parameter's isinstance is slow).
+        known = storages[key] = (len(storages), _is_parameter(t), int(t.untyped_storage().nbytes()))
+    index, param, storage_bytes = known
     entry.update(
-        bytes=sum(x.numel() * x.element_size() for x in tensors),
+        bytes=t.numel() * size if len(tensors) == 1 else sum(x.numel() * x.element_size() for x in tensors),
         storage=index,
-        storage_bytes=int(storage.nbytes()),
+        storage_bytes=storage_bytes,
         param=param,
     )
 
