@@ -112,7 +112,7 @@ def _saved_memory(raw: Any, entry: dict[str, Any], storages: Storages) -> None:
     size = t.element_size()
     # The storage's base address without building a storage object per tensor (most saved tensors
     # share a few storages); the storage itself is asked once per walk for its size.
-    key = (t.device, t.data_ptr() - t.storage_offset() * size)
+    key = (t.device, t.data_ptr() - int(t.storage_offset()) * size)
     known = storages.get(key)
     if known is None:
         # One storage is a parameter's or not for every tensor on it (Parameter's isinstance is slow).
