@@ -173,6 +173,7 @@ def _build(
         for producer, _ in r.inputs:
             if producer in leaf_names:
                 consumers.setdefault(producer, []).append(call_of[r.key])
+    ids = [f"n{r.key}" for r in raw]  # r.key is r's position in raw; edges reuse these strings
     nodes = []
     for r in raw:
         shape, dtype = r.outputs[0] if r.outputs else (None, "")
@@ -182,8 +183,8 @@ def _build(
         else:
             attrs = _op_attrs(r, shape, dtype)
             attrs["_call"] = call_of[r.key]
-        nodes.append((f"n{r.key}", attrs))
-    fill_digraph(g, nodes, _edges(raw))
+        nodes.append((ids[r.key], attrs))
+    fill_digraph(g, nodes, _edges(raw, ids))
     for i, ((producer, output_nr), t) in enumerate(zip(root_edges, tensors, strict=True)):
         root = f"root{i}"
         g.add_node(root, kind="root", op="", label=f"output {i}" if len(tensors) > 1 else "output",
@@ -223,7 +224,7 @@ def fill_digraph(
         clear(g)
 
 
-def _edges(raw: list[RawNode]) -> list[tuple[str, str, dict[str, Any]]]:
+def _edges(raw: list[RawNode], ids: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
     """One edge per (producer, consumer) pair; ``slots`` lists every (output_nr, input_nr) it carries.
 
     ``x * x`` feeds one tensor into two inputs, and ``a, b = t.chunk(2); a * b`` two outputs of
@@ -243,7 +244,7 @@ def _edges(raw: list[RawNode]) -> list[tuple[str, str, dict[str, Any]]]:
             shape = out[output_nr][0] if output_nr < len(out) else None
             edges[producer, r.key] = {"output_nr": output_nr, "input_nr": input_nr, "shape": shape,
                                       "slots": [[output_nr, input_nr]]}
-    return [(f"n{u}", f"n{v}", attrs) for (u, v), attrs in edges.items()]
+    return [(ids[u], ids[v], attrs) for (u, v), attrs in edges.items()]
 
 
 def _relevant_ghosts(
