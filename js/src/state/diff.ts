@@ -2,6 +2,7 @@
 // (Python's `gv.diff(before, after).to_payload()`) over the merged graph. Pure (no DOM): node tests.
 import type { DiffStatus, GraphDiff, GraphPayload } from "../payload";
 import type { CallIndex, VisibleGraph } from "./quotient";
+import { addClass } from "./classes";
 
 /** Classes the view knows (style.ts): every one starts with "df-". */
 export const DF = {
@@ -72,10 +73,7 @@ export function diffDecorations(payload: GraphPayload, graph: VisibleGraph, diff
   const labels = new Map<string, string>();
   const boxes = new Map<string, BoxCounts>();
   const status = new Map<string, DiffStatus>();
-  const add = (key: string, cls: string): void => {
-    const have = classes.get(key);
-    classes.set(key, have ? have + " " + cls : cls);
-  };
+  const add = (key: string, cls: string): void => addClass(classes, key, cls);
   const gained = new Set(diff.gained);
   const lost = new Set(diff.lost);
   const shownBoxes = new Set<string>();

@@ -4,6 +4,7 @@
 import type { GraphPayload, Overlay } from "../payload";
 import { binOf, fractionOf, scaleOf, withUnit, type Scale } from "./numbers";
 import { callKey, nodeKey, type CallIndex, type VisibleGraph } from "./quotient";
+import { addClass } from "./classes";
 
 export type Mark = Overlay["marks"][string];
 const MARK_ORDER: Mark[] = ["nan", "no-grad", "flag"];
@@ -50,10 +51,7 @@ export function overlayDecorations(
   const scale = new Map<string, number>();
   const values = new Map<string, number>();
   const marks = new Map<string, Mark>();
-  const add = (key: string, cls: string): void => {
-    const have = classes.get(key);
-    classes.set(key, have ? have + " " + cls : cls);
-  };
+  const add = (key: string, cls: string): void => addClass(classes, key, cls);
   // Call id -> the key of the closed box (or folded stack) drawn for it.
   const boxes = new Map<string, string>();
   for (const item of graph.items) {

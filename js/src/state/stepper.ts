@@ -9,6 +9,7 @@ import type { GraphNode, GraphPayload, RecordedGrad, RecordedStep, Recording } f
 import { nodeTitle } from "./labels";
 import { BINS, binOf, fmt, fmtVec, scaleOf, type Scale } from "./numbers";
 import type { VisibleGraph } from "./quotient";
+import { addClass } from "./classes";
 
 /** Tensors with at most this many elements show "data | grad" on their node. */
 export const SMALL_LABEL = 4;
@@ -302,10 +303,7 @@ export function stepDecorations(
   const classes = new Map<string, string>();
   const lines = new Map<string, string[]>();
   const edgeLabels = new Map<string, string>();
-  const add = (key: string, cls: string): void => {
-    const have = classes.get(key);
-    classes.set(key, have ? have + " " + cls : cls);
-  };
+  const add = (key: string, cls: string): void => addClass(classes, key, cls);
   // Boxes take the largest norm of their members that ran; nonfinite wins.
   const best = new Map<string, { norm: number; nonfinite: boolean }>();
   for (const [id, r] of v.ran) {

@@ -3,6 +3,7 @@
 import type { GraphPayload, Toggles } from "../payload";
 import type { VisibleGraph } from "./quotient";
 import { CALL_PREFIX, whatIfIndex, type WhatIfState } from "./whatif";
+import { addClass } from "./classes";
 
 /** Classes the view knows (style.ts): every one starts with "wi-". */
 export const WI = {
@@ -36,10 +37,7 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
   const labels = new Map<string, string>();
   const lostInside = new Map<string, number>();
   const ix = whatIfIndex(payload);
-  const add = (key: string, cls: string): void => {
-    const have = classes.get(key);
-    classes.set(key, have ? have + " " + cls : cls);
-  };
+  const add = (key: string, cls: string): void => addClass(classes, key, cls);
   const detachedWhole = new Set(toggles.detach);
   const frozenCalls = new Set(toggles.freeze.filter((f) => f.startsWith(CALL_PREFIX)).map((f) => f.slice(CALL_PREFIX.length)));
   const detachedCalls = new Set(toggles.detach.filter((f) => f.startsWith(CALL_PREFIX)).map((f) => f.slice(CALL_PREFIX.length)));

@@ -11,6 +11,7 @@ import type { Paint } from "../view/graphview";
 import type { WidgetContext } from "./context";
 import { legendSpec } from "./legendspec";
 import { repOf, updateStepperPanel } from "./stepper";
+import { addClass } from "../state/classes";
 
 /** Merge what-if, overlay and stepper decorations into one class string and label per element,
  *  and apply them (styles only). */
@@ -32,8 +33,7 @@ export function repaint(ctx: WidgetContext): void {
     for (const [k, v] of m) {
       const cls = keep ? v.split(" ").filter(keep).join(" ") : v;
       if (!cls) continue;
-      const have = paint.classes.get(k);
-      paint.classes.set(k, have ? have + " " + cls : cls);
+      addClass(paint.classes, k, cls);
     }
   };
   addAll(wiDeco.classes);
