@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.metadata
 import json
 import math
-import platform
 import statistics
 import sys
 import threading
@@ -54,7 +52,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_trace import count_autograd_nodes, load_note
+from bench_trace import count_autograd_nodes, fmt_ms, load_note, machine_line
 
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
 
@@ -214,11 +212,6 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return a, b, 1.0 - ss_res / ss_tot if ss_tot else 1.0
 
 
-def fmt_ms(seconds: float) -> str:
-    ms = seconds * 1e3
-    return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
-
-
 def fmt_mb(n: int) -> str:
     return f"{n / 1e6:.1f}" if n >= 1e6 else f"{n / 1e6:.2f}"
 
@@ -299,18 +292,8 @@ def run(args: argparse.Namespace) -> int:
         sizes = [int(s) for s in args.sizes.split(",")]
     if args.max_nodes:
         sizes = [s for s in sizes if s <= args.max_nodes]
-    versions = [
-        f"python {platform.python_version()}",
-        f"torch {torch.__version__}",
-        f"gradviz_nb {getattr(gv, '__version__', '?')}",
-    ]
-    for dist in ("torchviz", "torchview", "networkx"):
-        try:
-            versions.append(f"{dist} {importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{dist} (not installed)")
     print("## bench_scale")
-    print(f"\n{platform.platform()}, {torch.get_num_threads()} torch threads; " + ", ".join(versions))
+    print(f"\n{machine_line(gv)}")
     print(f"\nGPT2(d_model=32, n_head=2, vocab=101), batch 1, seq 8, captured; {load_note()} at start")
     results = []
     for target in sizes:

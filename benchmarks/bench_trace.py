@@ -252,6 +252,19 @@ def load_note() -> str:
     return f"load average {load:.2f} on {cores} cores{busy}"
 
 
+def machine_line(gv: Any) -> str:
+    """Platform, torch threads and the versions of everything compared (``gv`` None when not importable)."""
+    versions = [f"python {platform.python_version()}", f"torch {torch.__version__}"]
+    if gv is not None:
+        versions.append(f"gradviz_nb {getattr(gv, '__version__', '?')}")
+    for dist in ("torchviz", "torchview", "networkx"):
+        try:
+            versions.append(f"{dist} {importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{dist} (not installed)")
+    return f"{platform.platform()}, {torch.get_num_threads()} torch threads; " + ", ".join(versions)
+
+
 def fmt_ms(seconds: float) -> str:
     """Milliseconds with sensible precision."""
     ms = seconds * 1e3
@@ -297,16 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     gv, gv_reason = load_gradviz()
-    versions = [f"python {platform.python_version()}", f"torch {torch.__version__}"]
-    if gv is not None:
-        versions.append(f"gradviz_nb {getattr(gv, '__version__', '?')}")
-    for dist in ("torchviz", "torchview", "networkx"):
-        try:
-            versions.append(f"{dist} {importlib.metadata.version(dist)}")
-        except importlib.metadata.PackageNotFoundError:
-            versions.append(f"{dist} (not installed)")
     print("## bench_trace")
-    print(f"\n{platform.platform()}, {torch.get_num_threads()} torch threads; " + ", ".join(versions))
+    print(f"\n{machine_line(gv)}")
     print(f"\n{load_note()} at start")
     if gv is None:
         print(f"\nNOTE: gradviz_nb rows skipped: {gv_reason}")
