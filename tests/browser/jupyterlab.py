@@ -357,6 +357,17 @@ class LabNotebook:
         out = self.cell(index).locator(".jp-OutputArea")
         return out.first.inner_text() if out.count() else ""
 
+    def run_cell_json(self, index: int, tag: str) -> Any:
+        """Run cell ``index`` and parse the JSON its output prints after ``tag`` (``print(tag, json)``)."""
+        out = self.run_cell(index)
+        line = next(ln for ln in out.splitlines() if ln.startswith(tag))
+        return json.loads(line.removeprefix(tag))
+
+    def click(self, point: dict[str, float]) -> None:
+        """A real mouse click at a client point (moving there first, so hover handlers run as for a user)."""
+        self.page.mouse.move(point["x"], point["y"])
+        self.page.mouse.click(point["x"], point["y"])
+
     def wait_in_output(self, index: int, selector: str, timeout: float = 60.0):  # -> Locator
         loc = self.cell(index).locator(".jp-OutputArea").locator(selector).first
         loc.wait_for(state="visible", timeout=timeout * 1000)

@@ -5,7 +5,6 @@ the exported page's stand-in model; this is the real comm."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -40,25 +39,19 @@ POINT = """(r, key) => {
 }"""
 
 
-def _tagged(out: str, tag: str) -> object:
-    line = next(ln for ln in out.splitlines() if ln.startswith(tag))
-    return json.loads(line.removeprefix(tag))
-
-
 def _click_key(nb: LabNotebook, root: object, key: str) -> None:
     nb.activate_cell(0)
     root.scroll_into_view_if_needed()  # type: ignore[attr-defined]
     point = root.evaluate(POINT, key)  # type: ignore[attr-defined]
     assert point, f"{key} is not drawn"
-    nb.page.mouse.move(point["x"], point["y"])
-    nb.page.mouse.click(point["x"], point["y"])
+    nb.click(point)
 
 
 def test_lazy_widget_loads_boxes_from_the_kernel(
     jupyterlab: JupyterLabServer, lab_page: Page, tmp_path: Path, screenshot_dir: Path
 ) -> None:
     nb = LabNotebook(jupyterlab, lab_page, jupyterlab.write_notebook("lazy.ipynb", CELLS)).open()
-    lazy, sent, total = _tagged(nb.run_cell(0), "LAZY")  # type: ignore[misc]
+    lazy, sent, total = nb.run_cell_json(0, "LAZY")  # type: ignore[misc]
     assert lazy is True and sent < total / 5, (sent, total)  # the first payload holds few full records
     root = nb.wait_in_output(0, ".gradviz-root")
     nb.wait_in_output(0, ".gradviz-canvas canvas")
@@ -71,7 +64,7 @@ def test_lazy_widget_loads_boxes_from_the_kernel(
     _click_key(nb, root, "f:fold:blocks.0")
     nb.poll(lambda: root.evaluate(hook + ".folded()") == [], 10.0, "stack unfolded")
     root.evaluate("async (r) => r.__gradviz.idle()")
-    nb.poll(lambda: _tagged(nb.run_cell(1), "STATE")["unfolded"] == ["fold:blocks.0"], 10.0, "unfolded synced")  # type: ignore[index]
+    nb.poll(lambda: nb.run_cell_json(1, "STATE")["unfolded"] == ["fold:blocks.0"], 10.0, "unfolded synced")  # type: ignore[index]
 
     # A real click on blocks.3: the page asks the kernel for its nodes, then draws them.
     before = int(root.evaluate("(r) => r.dataset.visibleNodes"))
@@ -79,11 +72,11 @@ def test_lazy_widget_loads_boxes_from_the_kernel(
     nb.poll(lambda: "blocks.3" in root.evaluate(hook + ".loaded()"), 20.0, "blocks.3 loaded from the kernel")
     root.evaluate("async (r) => r.__gradviz.idle()")
     nb.poll(lambda: int(root.evaluate("(r) => r.dataset.visibleNodes")) > before, 10.0, "blocks.3's nodes drawn")
-    state = _tagged(nb.run_cell(1), "STATE")
+    state = nb.run_cell_json(1, "STATE")
     assert "blocks.3" in state["expanded"], state  # type: ignore[index]
 
     # Python selects a weight hidden three boxes deep: the page loads, opens and shows it.
-    target = _tagged(nb.run_cell(2), "TARGET")
+    target = nb.run_cell_json(2, "TARGET")
     nb.poll(lambda: root.evaluate(POINT, f"n:{target}") is not None, 20.0, "selected weight revealed")
     loaded = root.evaluate(hook + ".loaded()")
     assert {"blocks.5", "blocks.5.mlp", "blocks.5.mlp.c_fc"} <= set(loaded), loaded

@@ -43,17 +43,6 @@ s""",
 WI_JS = "(root) => ({lost: root.dataset.whatifLost, mode: root.dataset.whatifMode, runs: root.dataset.whatifRuns})"
 
 
-def _kernel_json(nb: LabNotebook, cell: int, tag: str) -> object:
-    out = nb.run_cell(cell)
-    line = next(ln for ln in out.splitlines() if ln.startswith(tag))
-    return json.loads(line.removeprefix(tag))
-
-
-def _click(nb: LabNotebook, point: dict[str, float]) -> None:
-    nb.page.mouse.move(point["x"], point["y"])
-    nb.page.mouse.click(point["x"], point["y"])
-
-
 def test_whatif_detach_marks_lost_leaf_and_verifies(
     jupyterlab: JupyterLabServer, lab_page: Page, tmp_path: Path, screenshot_dir: Path
 ) -> None:
@@ -71,9 +60,9 @@ def test_whatif_detach_marks_lost_leaf_and_verifies(
     edge = root.evaluate("(r, ends) => r.__gradviz.edgeBetween(ends[0], ends[1])", [source, target])
     assert edge, "the relu -> mm edge is not drawn"
     root.scroll_into_view_if_needed()
-    _click(nb, root.evaluate("(r, e) => r.__gradviz.edgePoint(e)", edge))
+    nb.click(root.evaluate("(r, e) => r.__gradviz.edgePoint(e)", edge))
     nb.poll(lambda: root.evaluate(WI_JS)["lost"] == "1", 5.0, "one leaf lost after the click")
-    state = _kernel_json(nb, 1, "STATE")
+    state = nb.run_cell_json(1, "STATE")
     assert state["lost"] == ["W1"] and len(state["toggles"]["detach"]) == 1, state  # type: ignore[index]
     w1 = root.evaluate("(r) => r.__gradviz.whatIf().lost")
     assert len(w1) == 1
@@ -82,16 +71,16 @@ def test_whatif_detach_marks_lost_leaf_and_verifies(
     root.locator("[data-testid=gradviz-verify]").click()
     banner = root.locator("[data-testid=gradviz-verified]")
     nb.poll(lambda: "Verified" in (banner.text_content() or ""), 30.0, "verification banner")
-    assert _kernel_json(nb, 1, "STATE")["verified"]["agree"] is True  # type: ignore[index]
+    assert nb.run_cell_json(1, "STATE")["verified"]["agree"] is True  # type: ignore[index]
     lab_page.screenshot(path=str(tmp_path / "whatif.png"))
     shutil.copy(tmp_path / "whatif.png", screenshot_dir / "jupyterlab_whatif.png")
 
     # Toggle it back: nothing lost.
     nb.activate_cell(0)
     root.scroll_into_view_if_needed()
-    _click(nb, root.evaluate("(r, e) => r.__gradviz.edgePoint(e)", edge))
+    nb.click(root.evaluate("(r, e) => r.__gradviz.edgePoint(e)", edge))
     nb.poll(lambda: root.evaluate(WI_JS)["lost"] == "0", 5.0, "toggled back")
-    assert _kernel_json(nb, 1, "STATE")["toggles"]["detach"] == []  # type: ignore[index]
+    assert nb.run_cell_json(1, "STATE")["toggles"]["detach"] == []  # type: ignore[index]
     _assert_clean_console(lab_page)
 
 
