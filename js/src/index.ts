@@ -29,8 +29,6 @@ import { setByModule, setPlaying, setSpeed, stepperKey, userSeek, userStep } fro
 import { connectTraits, loadPayload } from "./widget/traits";
 import { setWhatIfMode, userToggle } from "./widget/whatif";
 
-export { BIG_GRAPH } from "./widget/drawing";
-export { EXPAND_ALL_LIMIT } from "./widget/disclosure";
 export type { DebugHook } from "./widget/debughook";
 
 function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {

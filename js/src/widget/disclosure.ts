@@ -10,9 +10,6 @@ import type { Anchor } from "../view/graphview";
 import type { Disclosure, WidgetContext } from "./context";
 import { currentGraph, relayout, setSpinner } from "./drawing";
 
-/** Expand-all (like any expand or unfold) refuses when it would draw more items than this. */
-export const EXPAND_ALL_LIMIT = VIEW_CAP;
-
 export interface ChangeOptions {
   /** Says what the change does, for a refusal ("Opening blocks.3"). */
   action: string;
