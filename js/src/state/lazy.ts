@@ -53,13 +53,14 @@ export function inflate(payload: GraphPayload): { payload: GraphPayload; lazy: L
   return { payload: full, lazy: { loaded: new Set(payload.loaded ?? []), pos } };
 }
 
-/** Patch records and edge shapes in place: the payload object stays the same (what-if's index is
- *  cached per payload object, and chunks never change the topology). */
+/** Patch records and edge shapes in place: the payload and its node objects stay the same (what-if's
+ *  index is cached per payload object, chunks never change the topology, and a visible graph computed
+ *  before the chunks arrived still points at the right records). */
 export function applyChunks(payload: GraphPayload, lazy: LazyState, chunks: readonly Chunk[]): void {
   for (const chunk of chunks) {
     for (const n of chunk.nodes) {
       const i = lazy.pos.get(n.id);
-      if (i !== undefined) payload.nodes[i] = n;
+      if (i !== undefined) Object.assign(payload.nodes[i], n);
     }
     for (const [slot, shape] of chunk.edge_shapes) {
       const e = payload.edges[slot];

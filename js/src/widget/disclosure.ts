@@ -73,7 +73,6 @@ async function applyChange(ctx: WidgetContext, step: (cur: Disclosure) => Disclo
     if (options.fromTrait) saveDisclosure(ctx);
     return false;
   }
-  const loadedBefore = ctx.lazy?.loaded.size ?? 0;
   if (!nextTooBig && !(await ensureLoaded(ctx, missingCalls(ctx.lazy, next.expanded)))) {
     if (options.fromTrait && gen === ctx.payloadGen) saveDisclosure(ctx);
     // A first view that cannot load what the traits open still draws the top level.
@@ -90,8 +89,9 @@ async function applyChange(ctx: WidgetContext, step: (cur: Disclosure) => Disclo
   ctx.unfolded = next.unfolded;
   ctx.folded = nextFolded;
   saveDisclosure(ctx);
-  // Loaded records replaced placeholders: the items must point at the new ones.
-  if ((ctx.lazy && ctx.lazy.loaded.size !== loadedBefore) || ctx.tooBig) graph = currentGraph(ctx);
+  // Loaded records filled their placeholders in place, so `graph` stays valid; a too-big view shows
+  // the search neighbourhood instead.
+  if (ctx.tooBig) graph = currentGraph(ctx);
   await relayout(ctx, { anchor, fit: options.fit, incremental: options.incremental }, graph);
   return true;
 }
