@@ -1,0 +1,7 @@
+"""Bug-zoo cases: diff."""
+
+from __future__ import annotations
+
+from gradviz_nb.bugzoo.case import Case
+
+CASES: list[Case] = []
