@@ -14,12 +14,29 @@ from gradviz_nb.analysis.flow import layer_histograms, overlay
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, add_lora, gpt2_loss
 
 
-def _mlp_chain(depth: int = 6, width: int = 16, seed: int = 0, act: type[nn.Module] = nn.Tanh) -> nn.Sequential:
+def _mlp_chain(depth: int = 6, width: int = 16, seed: int = 0, act: type[nn.Module] = nn.Tanh,
+               xavier: bool = True) -> nn.Sequential:
+    """A Linear/activation chain; ``xavier``: initialised for tanh (gain 5/3), so the gradient keeps its size."""
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     for _ in range(depth):
-        layers += [nn.Linear(width, width), act()]
+        linear = nn.Linear(width, width)
+        if xavier:
+            nn.init.xavier_uniform_(linear.weight, gain=nn.init.calculate_gain("tanh"))
+        layers += [linear, act()]
     return nn.Sequential(*layers)
+
+
+def _relative_moves(model: nn.Module, loss_fn: object, steps: int = 20, lr: float = 0.1) -> dict[str, float]:
+    """PyTorch truth for the depth trend: how far SGD moves each layer's weight, relative to its size."""
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(model).backward()  # type: ignore[operator]
+        opt.step()
+    return {n.rpartition(".")[0]: ((p.detach() - start[n]).norm() / start[n].norm()).item()
+            for n, p in model.named_parameters() if n.endswith("weight")}
 
 
 def _grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
@@ -97,6 +114,29 @@ def test_healthy_models_raise_no_flags() -> None:
     assert "nothing looks wrong" in gv.gradient_flow(chain).summary()
 
 
+def test_depth_trend_is_what_sgd_does() -> None:
+    """PyTorch's default Linear init shrinks a tanh chain's gradient layer by layer. The flagged layers are
+    the ones SGD really moves more than 10x less (relative to their size) than the top layers."""
+    torch.manual_seed(100)
+    x = torch.randn(8, 16)
+    chain = _mlp_chain(depth=8, xavier=False)
+    chain(x).pow(2).mean().backward()
+    flow = gv.gradient_flow(chain)
+    flagged = _kinds(flow).get("vanishing", [])
+    assert set(_kinds(flow)) == {"vanishing"} and flagged[0] == "0", flow.summary()
+    assert all("falls steadily with depth" in f.reason for f in flow.flags)
+    moves = _relative_moves(_mlp_chain(depth=8, xavier=False), lambda m: m(x).pow(2).mean())
+    top = moves["14"]
+    assert all(top > 10 * moves[layer] for layer in flagged), moves
+    assert all(top < 10 * moves[layer] for layer in ("10", "12", "14")), moves
+    # the same chain initialised for tanh: no trend, and SGD moves first and last layers alike
+    chain = _mlp_chain(depth=8)
+    chain(x).pow(2).mean().backward()
+    assert gv.gradient_flow(chain).flags == []
+    moves = _relative_moves(_mlp_chain(depth=8), lambda m: m(x).pow(2).mean())
+    assert moves["14"] < 3 * moves["0"], moves
+
+
 def _cut_lora() -> tuple[nn.Module, torch.Tensor, gv.Capture]:
     torch.manual_seed(0)
     model = add_lora(GPT2(GPT2Config.small_test()))
@@ -117,11 +157,16 @@ def test_detached_adapter_is_flagged_dead_with_the_cause() -> None:
     assert sorted(kinds["dead-adapter"]) == ["blocks.1.attn.c_attn", "blocks.1.attn.c_proj"]
     assert set(kinds) == {"dead-adapter", "no-grad"}
     dead = flow.flags_for("blocks.1.attn.c_attn")
-    assert any("detach()" in f.reason and "'blocks.1'" in f.reason for f in dead), dead
+    # the cause names the detach that was recorded: the module whose forward ran it, and the source line
+    assert any("detach() in module 'blocks.1.attn' at " in f.reason and "test_flow.py:" in f.reason
+               for f in dead), dead
     assert all(f.target.startswith("blocks.1.") for f in flow.flags)
-    # without the graph the reason lists the likely causes
-    plain = gv.gradient_flow(model)
-    assert "detach()" in plain.flags_for("blocks.1.attn.c_attn.lora_A")[0].reason
+    # without graph or capture: what was observed (backward reached other parameters) and how to see more
+    reason = gv.gradient_flow(model).flags_for("blocks.1.attn.c_attn.lora_A")[0].reason
+    assert "backward ran but never reached it" in reason and "gv.trace(" in reason
+    # the capture alone is evidence enough
+    assert "detach() in module 'blocks.1.attn'" in gv.gradient_flow(model, capture=cap).flags_for(
+        "blocks.1.attn.c_attn.lora_A")[0].reason
 
 
 def test_data_use_is_flagged_and_named() -> None:
@@ -149,11 +194,13 @@ def test_exploding_layer_from_scaled_init_and_vanishing() -> None:
         chain[6].weight.mul_(1e-4)
         chain[6].bias.mul_(1e-4)
     (chain(torch.randn(8, 16)) - 1).pow(2).mean().backward()
-    flow = gv.gradient_flow(chain, exploding=100)
+    flow = gv.gradient_flow(chain)
     assert _kinds(flow) == {"exploding": ["6"]}, flow.summary()
-    # absolute thresholds, set by the user
-    flow = gv.gradient_flow(chain, exploding=1e9, abs_exploding=10 * flow.module("0").norm)
+    assert "one SGD step at lr 0.001 would move these weights by" in flow.flags[0].reason
+    # absolute thresholds, set by the user (the ratio and peer rules switched off)
+    flow = gv.gradient_flow(chain, lr=1e-12, peer=1e12, abs_exploding=10 * flow.module("0").norm)
     assert _kinds(flow)["exploding"] == ["6"]
+    assert "absolute limit" in flow.flags[0].reason
     # vanishing: a deep sigmoid chain
     torch.manual_seed(0)
     deep = nn.Sequential(*[m for _ in range(30) for m in (nn.Linear(8, 8), nn.Sigmoid())])

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from gradviz_nb.analysis.layer_health import LayerHealth, Thresholds, check_layers
+from gradviz_nb.analysis.no_grad import adapter_switch_reasons, no_grad_reason
 from gradviz_nb.errors import GradvizError
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Flag", "GradientFlow", "ModuleStats", "ParamStats", "gradient_flow"]
 
-FLAG_KINDS = ("no-grad", "nan", "vanishing", "exploding", "dead-adapter", "stale")
+FLAG_KINDS = ("no-grad", "nan", "vanishing", "exploding", "dead-adapter", "stale-grad")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class ParamStats:
     nonfinite: int
     weight_norm: float
     ratio: float  # gradient L2 norm / weight L2 norm (nan without a gradient, inf for a zero weight)
+    dtype: str = "float32"
+    sparse: bool = False  # a sparse gradient (nn.Embedding(sparse=True)); statistics cover all its elements
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class ModuleStats:
     nonfinite: int
     weight_norm: float
     ratio: float
+    dtype: str = "float32"  # the coarsest dtype among its parameters (largest resolution step)
 
 
 @dataclass(frozen=True)
@@ -79,20 +84,6 @@ class Flag:
     target: str  # a parameter name, a module path or an adapter path
     reason: str
     params: tuple[str, ...] = ()  # the parameters concerned
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When a layer's gradient norm counts as vanishing or exploding.
-
-    Relative: below ``vanishing`` x or above ``exploding`` x the median layer norm of the model.
-    Absolute (``None`` = off): below ``abs_vanishing`` or above ``abs_exploding``.
-    """
-
-    vanishing: float = 1e-3
-    exploding: float = 1e3
-    abs_vanishing: float | None = None
-    abs_exploding: float | None = None
 
 
 @dataclass
@@ -195,16 +186,30 @@ def _named_params(model: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
     return list(seen.values())
 
 
+def dense_values(g: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The stored values of a gradient as a dense float tensor, and how many implicit zeros it has.
+
+    A sparse gradient (``nn.Embedding(sparse=True)``) stores only the rows that were used; duplicates
+    are summed first (``coalesce``), so norms and extremes are those of the real gradient.
+    """
+    if g.is_sparse:
+        values = g.detach().coalesce()._values().float()
+        return values, g.numel() - values.numel()
+    return g.detach().float(), 0
+
+
 def _batched_stats(grads: list[torch.Tensor]) -> list[list[float]]:
     """Per gradient: [norm, max_abs, sum, zeros, nonfinite], in a handful of batched ops, one read-back."""
     if not grads:
         return []
-    g32 = [g.detach().float() for g in grads]
+    dense = [dense_values(g) for g in grads]
+    g32 = [v for v, _ in dense]
+    implicit = torch.tensor([float(z) for _, z in dense])
     rows = torch.stack([
         torch.stack(torch._foreach_norm(g32, 2)),
-        torch.stack(torch._foreach_norm(g32, float("inf"))),
+        torch.stack([v.abs().max() if v.numel() else v.new_zeros(()) for v in g32]),
         torch.stack([g.sum() for g in g32]),
-        torch.stack([(g == 0).sum().float() for g in g32]),
+        torch.stack([(g == 0).sum().float() for g in g32]) + implicit,
         torch.stack([(~torch.isfinite(g)).sum().float() for g in g32]),
     ])
     return [list(col) for col in zip(*rows.cpu().tolist(), strict=True)]
@@ -249,7 +254,8 @@ def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | Non
             name=names[0], names=tuple(names), module=names[0].rpartition(".")[0], shape=tuple(p.shape), numel=n,
             requires_grad=p.requires_grad, has_grad=g is not None, norm=norm, max_abs=max_abs,
             mean=total / n if n else math.nan, zero_frac=zeros / n if n else math.nan, nonfinite=int(nonfinite),
-            weight_norm=wn, ratio=_ratio(norm, wn),
+            weight_norm=wn, ratio=_ratio(norm, wn), dtype=str(p.dtype).removeprefix("torch."),
+            sparse=bool(g is not None and g.is_sparse),
         ))
     return out
 
@@ -286,84 +292,47 @@ def _aggregate(path: str, type_name: str, ps: list[ParamStats]) -> ModuleStats:
         zero_frac=sum(p.zero_frac * p.numel for p in with_grad) / numel if numel else math.nan,
         nonfinite=sum(p.nonfinite for p in with_grad), weight_norm=weight_norm,
         ratio=_ratio(norm, math.sqrt(sum(p.weight_norm**2 for p in with_grad))) if with_grad else math.nan,
+        dtype=max((p.dtype for p in ps), key=_resolution),
     )
+
+
+def _resolution(dtype: str) -> float:
+    try:
+        return float(torch.finfo(getattr(torch, dtype)).eps)
+    except (AttributeError, TypeError):
+        return 0.0
 
 
 # ------------------------------------------------------------------------------------------------
 # flags
 # ------------------------------------------------------------------------------------------------
 
-NO_GRAD_CAUSES = (
-    "likely causes: something between it and the loss does not require grad (computed under no_grad, "
-    "or an input with requires_grad=False), a detach() or .data on the path, or it is not in the graph of "
-    "this loss at all"
-)
-
-
-def _no_grad_reason(p: ParamStats, graph: AutogradGraph | None, capture: Capture | None,
-                    model_params: Mapping[str, torch.Tensor]) -> str:
-    head = "requires_grad but .grad is None"
-    own = _own_detach(p, capture, model_params)
-    if own:
-        return f"{head}: {own}"
+def _depth_order(layers: list[ModuleStats], graph: AutogradGraph | None,
+                 params: list[ParamStats]) -> list[ModuleStats]:
+    """Layers inputs first: by the forward position of the first op using their parameters when the graph
+    is known (model order otherwise, and for layers the graph does not hold)."""
     if graph is None:
-        return f"{head}; {NO_GRAD_CAUSES} (pass graph=gv.trace(loss, model=model, capture=cap) to know which)"
+        return layers
     leaves = graph.leaves()
-    if any(n in leaves for n in p.names):
-        return (f"{head}, yet it is in the graph of the traced loss: backward() has not run on that loss, or "
-                "the gradient was cleared after it (zero_grad(set_to_none=True))")
-    cut = _detaches_around(p, graph)
-    if cut:
-        return f"{head}: it is not in the graph of this loss; {cut}"
-    return (f"{head}: it is not in the graph of this loss (no path from it to the loss): it was not used, used "
-            "under no_grad, or its path was cut by a detach()/.data outside gv.capture")
-
-
-def _own_detach(p: ParamStats, capture: Capture | None, model_params: Mapping[str, torch.Tensor]) -> str:
-    if capture is None:
-        return ""
-    tensor = model_params.get(p.name)
-    for gh in capture.ghosts:
-        if gh.kind == "detached" and tensor is not None and gh.source_leaf == id(tensor):
-            where = f" inside {gh.call.path!r}" if gh.call is not None and gh.call.path else ""
-            return f"the parameter itself was read through {gh.label}{where}, which carries no gradient"
-    return ""
-
-
-def _detaches_around(p: ParamStats, graph: AutogradGraph) -> str:
-    """Detach ghosts in a module call that holds this parameter's module (the path was cut there)."""
-    calls = {c["id"]: c["path"] for c in graph.calls}
-    hits = []
-    for gh in graph.nx.graph.get("ghosts", []):
-        if gh["kind"] != "detached":
-            continue
-        path = calls.get(gh["call"], "")
-        if path == "" or p.module == path or p.module.startswith(path + "."):
-            where = f"module {path!r}" if path else "the model's top level"
-            hits.append(f"a {gh['label']} in {where} cut a gradient path (ghost {gh['id']})")
-    return "; ".join(dict.fromkeys(hits))
+    g = graph.nx
+    first: dict[str, float] = {}
+    for p in params:
+        node = next((leaves[n] for n in p.names if n in leaves), None)
+        seqs = [g.nodes[v].get("seq") for v in g.successors(node)] if node is not None else []
+        known = [q for q in seqs if isinstance(q, int)]
+        if known:
+            first[p.module] = min(first.get(p.module, math.inf), min(known))
+    if not first:
+        return layers
+    index = {m.path: i for i, m in enumerate(layers)}
+    return sorted(layers, key=lambda m: (first.get(m.path, math.inf), index[m.path]))
 
 
 def _check_layers(layers: list[ModuleStats], t: Thresholds, skip: set[str]) -> list[Flag]:
-    """Vanishing / exploding layers; ``skip``: adapter layers (a zero LoRA gradient at init is normal)."""
-    norms = [m.norm for m in layers if m.n_with_grad and math.isfinite(m.norm) and m.norm > 0]
-    median = statistics.median(norms) if norms else math.nan
-    flags = []
-    for m in layers:
-        if not m.n_with_grad or not math.isfinite(m.norm) or m.path in skip:
-            continue
-        if m.norm == 0:
-            flags.append(Flag("vanishing", m.path, "gradient is exactly zero (underflow, a dead activation or "
-                              "a zero multiplier on the path)"))
-            continue
-        rel = m.norm / median
-        if rel < t.vanishing or (t.abs_vanishing is not None and m.norm < t.abs_vanishing):
-            flags.append(Flag("vanishing", m.path, f"gradient norm {m.norm:.3g} is {rel:.2g}x the median layer "
-                              f"norm {median:.3g} (thresholds: x{t.vanishing:g}, absolute {t.abs_vanishing})"))
-        elif rel > t.exploding or (t.abs_exploding is not None and m.norm > t.abs_exploding):
-            flags.append(Flag("exploding", m.path, f"gradient norm {m.norm:.3g} is {rel:.3g}x the median layer "
-                              f"norm {median:.3g} (thresholds: x{t.exploding:g}, absolute {t.abs_exploding})"))
-    return flags
+    """Vanishing / exploding layers (``layers`` in depth order); ``skip``: adapter layers for vanishing."""
+    health = [LayerHealth(m.path, m.norm, m.max_abs, m.weight_norm, m.numel, m.dtype) for m in layers
+              if m.n_with_grad and math.isfinite(m.norm)]
+    return [Flag(v.kind, v.path, v.reason) for v in check_layers(health, t, skip)]
 
 
 def adapter_groups(names: Iterable[str], patterns: Sequence[str]) -> dict[str, list[str]]:
@@ -378,12 +347,16 @@ def adapter_groups(names: Iterable[str], patterns: Sequence[str]) -> dict[str, l
     return groups
 
 
-def _check_adapters(params: list[ParamStats], patterns: Sequence[str], reasons: dict[str, str]) -> list[Flag]:
+def _check_adapters(params: list[ParamStats], patterns: Sequence[str], reasons: dict[str, str],
+                    switched_off: dict[str, str]) -> list[Flag]:
     by_name = {n: p for p in params for n in p.names}
     flags = []
     for path, names in adapter_groups(by_name, patterns).items():
         adapter = [by_name[n] for n in names]
         base = [p for p in params if p.name.startswith(path + ".") and p.name not in names]
+        if path in switched_off:
+            flags.append(Flag("dead-adapter", path, switched_off[path], params=tuple(names)))
+            continue
         if not all(p.requires_grad for p in adapter) or any(p.requires_grad for p in base):
             continue  # not a fine-tuning setup: the other checks cover it
         alive = [p for p in adapter if p.has_grad and p.nonfinite == 0 and p.norm > 0]
@@ -406,13 +379,13 @@ def check_flags(
     graph: AutogradGraph | None = None,
     capture: Capture | None = None,
 ) -> list[Flag]:
-    """Every flag but ``stale`` (which needs the previous step: :class:`gv.GradientMonitor`)."""
-    model_params = dict(model.named_parameters(remove_duplicate=False))
+    """Every flag but ``stale-grad`` (which needs the previous step: :class:`gv.GradientMonitor`)."""
     flags: list[Flag] = []
     reasons: dict[str, str] = {}
+    any_grad = any(p.has_grad for p in params)
     for p in params:
         if p.requires_grad and not p.has_grad:
-            reasons[p.name] = _no_grad_reason(p, graph, capture, model_params)
+            reasons[p.name] = no_grad_reason(model, p.name, p.names, p.module, any_grad, graph, capture)
             flags.append(Flag("no-grad", p.name, reasons[p.name], params=p.names))
         elif p.nonfinite:
             flags.append(Flag("nan", p.name, f"{p.nonfinite} of {p.numel} gradient values are NaN or Inf",
@@ -420,8 +393,8 @@ def check_flags(
     adapters = {n for names in adapter_groups([p.name for p in params], adapter_patterns).values() for n in names}
     adapter_layers = {p.module for p in params if p.name in adapters and not any(
         q.module == p.module and q.name not in adapters for q in params)}
-    flags += _check_layers(layers, thresholds, adapter_layers)
-    flags += _check_adapters(params, adapter_patterns, reasons)
+    flags += _check_layers(_depth_order(layers, graph, params), thresholds, adapter_layers)
+    flags += _check_adapters(params, adapter_patterns, reasons, adapter_switch_reasons(model))
     return flags
 
 
@@ -431,8 +404,9 @@ def gradient_flow(
     *,
     graph: AutogradGraph | None = None,
     capture: Capture | None = None,
-    vanishing: float = 1e-3,
-    exploding: float = 1e3,
+    lr: float = 1e-3,
+    peer: float = 100.0,
+    trend: float = 10.0,
     abs_vanishing: float | None = None,
     abs_exploding: float | None = None,
     adapter_patterns: Sequence[str] = ("lora_A", "lora_B"),
@@ -442,9 +416,15 @@ def gradient_flow(
     Reads ``p.grad`` (or ``grads``: parameter name -> gradient) and changes nothing. ``graph`` (from
     :func:`gv.trace` of the same loss, ideally with ``capture``) lets a "no gradient" flag say whether
     the parameter is in the loss's graph at all and where a ``detach()`` cut it; ``capture`` also
-    finds a ``.data``/``.detach()`` of the parameter itself. ``vanishing``/``exploding`` are factors of
-    the median layer norm; ``abs_vanishing``/``abs_exploding`` absolute limits. Adapters are the
-    parameters with a path component in ``adapter_patterns`` (LoRA's ``lora_A``/``lora_B``).
+    finds a ``.data``/``.detach()`` of the parameter itself, and the graph orders layers by depth.
+
+    Vanishing and exploding are judged per layer by what its gradient would do to its weights, and by
+    the trend with depth, never against the median layer (rules in :mod:`gradviz_nb.analysis.layer_health`):
+    exploding when one SGD step at ``lr`` would move a layer by more than its own norm, or its norm is
+    ``peer`` x above every other layer's; vanishing when even lr 1 would not change its weights at
+    their dtype's resolution, or the gradient/weight ratio falls steadily by more than ``trend`` x from
+    the output layers to this one. ``abs_vanishing``/``abs_exploding``: optional absolute norm limits.
+    Adapters are the parameters with a path component in ``adapter_patterns`` (LoRA's ``lora_A``/``lora_B``).
 
     Example::
 
@@ -455,7 +435,7 @@ def gradient_flow(
     """
     if not isinstance(model, nn.Module):
         raise GradvizError(f"gradient_flow expects an nn.Module, got {type(model).__name__}.")
-    thresholds = Thresholds(vanishing, exploding, abs_vanishing, abs_exploding)
+    thresholds = Thresholds(lr, peer, trend, abs_vanishing, abs_exploding)
     params = param_stats(model, grads)
     modules = module_stats(model, params)
     owners = {p.module for p in params}
@@ -518,9 +498,10 @@ def layer_histograms(model: nn.Module, bins: int = 32) -> tuple[list[float], dic
         acc = counts.setdefault(layer, torch.zeros(bins + 1, dtype=torch.float64))
         if g is None:
             continue
-        a = g.detach().float().abs().flatten()
+        values, implicit_zeros = dense_values(g)
+        a = values.abs().flatten()
         finite = a[torch.isfinite(a)]
-        zeros = (finite == 0).sum()
+        zeros = (finite == 0).sum() + implicit_zeros
         logs = finite[finite > 0].log10().clamp(lo, hi - 1e-6)
         acc[0] += zeros.double().cpu()
         acc[1:] += torch.histc(logs, bins=bins, min=lo, max=hi).double().cpu()

@@ -12,6 +12,8 @@ teaching graph can show every node's value and gradient.
 
 from __future__ import annotations
 
+import os
+import sys
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,6 +28,36 @@ if TYPE_CHECKING:
 
 _DATA_GETTER = torch._C.TensorBase.__dict__["data"]
 SMALL_VALUE = 64
+CUT_WALK_LIMIT = 20_000  # grad_fn nodes walked per detach to find the parameters it cuts off
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost frame of user code (outside torch and gradviz_nb), or ``""``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_LIBRARY_DIRS):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
+
+
+def upstream_leaves(fn: Any, limit: int = CUT_WALK_LIMIT) -> set[int]:
+    """``id()`` of the leaf tensors whose gradient flows through ``fn`` (bounded walk)."""
+    leaves: set[int] = set()
+    seen: set[Any] = set()
+    stack = [fn]
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves.add(id(variable))
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    return leaves
 
 
 @dataclass(eq=False)
@@ -40,6 +72,9 @@ class Ghost:
     source_leaf: int | None = None  # id() of the leaf tensor that was detached / the frozen parameter
     output_nr: int = 0
     target_seqs: list[int] = field(default_factory=list)
+    where: str = ""  # module path whose forward made the detach/use ("" = top level), before any re-homing
+    line: str = ""  # "file:line" of the user code that made it (first frame outside torch and gradviz_nb)
+    cut: list[str] = field(default_factory=list)  # parameters upstream of a detached tensor: their path ends here
 
 
 def _in_backward() -> bool:
@@ -67,8 +102,9 @@ class ForwardObserver(TorchFunctionMode):
         self.ghosts: list[Ghost] = []
         self.values: dict[int, list[float]] = {}  # grad_fn sequence number -> first output's values
         self._current_call = current_call
-        params = model.named_parameters() if model is not None else iter(())
+        params = list(model.named_parameters()) if model is not None else []
         self._frozen = {id(p): (name, p) for name, p in params if not p.requires_grad}
+        self._param_names = {id(p): name for name, p in params}
         self._frozen_ghost: dict[int, Ghost] = {}
         # id(tensor) -> (weak ref, ghost it carries): by identity (tensor == is elementwise), and weak so
         # observing never keeps activations alive
@@ -114,11 +150,15 @@ class ForwardObserver(TorchFunctionMode):
 
     def _detached(self, source: torch.Tensor, func: Any) -> Ghost:
         label = ".data" if func is not torch.Tensor.detach else "detach()"
-        ghost = Ghost("detached", label, list(source.shape), self._current_call())
+        call = self._current_call()
+        ghost = Ghost("detached", label, list(source.shape), call, where=call.path if call else "", line=user_line())
         if source.grad_fn is not None:
             ghost.source_seq, ghost.output_nr = source.grad_fn._sequence_nr(), source.output_nr
+            cut = upstream_leaves(source.grad_fn)
         else:
             ghost.source_leaf = id(source)
+            cut = {id(source)}
+        ghost.cut = [name for key, name in self._param_names.items() if key in cut]
         self.ghosts.append(ghost)
         return ghost
 
@@ -133,7 +173,9 @@ class ForwardObserver(TorchFunctionMode):
         ghost = self._frozen_ghost.get(id(t))
         if ghost is None:
             name, p = self._frozen[id(t)]
-            ghost = Ghost("frozen", name, list(p.shape), self._current_call(), source_leaf=id(p))
+            call = self._current_call()
+            ghost = Ghost("frozen", name, list(p.shape), call, source_leaf=id(p), where=call.path if call else "",
+                          line=user_line())
             self._frozen_ghost[id(t)] = ghost
             self.ghosts.append(ghost)
         return ghost

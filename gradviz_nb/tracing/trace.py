@@ -84,6 +84,7 @@ def _trace(
     graph.graph["ghosts"] = [
         {"id": f"g{i}", "kind": gh.kind, "label": gh.label, "names": [gh.label] if gh.kind == "frozen" else [],
          "shape": gh.shape, "source": source, "output_nr": gh.output_nr, "targets": targets,
+         "where": gh.where, "line": gh.line, "cut": gh.cut,
          "call": call_ids[id(c)] if (c := _box(gh.call)) is not None else ""}
         for i, (gh, source, targets) in enumerate(ghosts)
     ]

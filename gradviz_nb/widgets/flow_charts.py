@@ -39,7 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = ["as_widget", "flow_charts", "load_bokehjs", "monitor_chart", "norm_bars"]
 
-COLORS = {"ok": "#4c78a8", "flag": "#e45756", "nan": "#b279a2", "no-grad": "#9d9d9d"}
+# One colour per verdict, the same in every chart: vanishing and exploding must never look alike.
+COLORS = {"ok": "#4c78a8", "vanishing": "#f58518", "exploding": "#e45756", "nan": "#b279a2",
+          "no-grad": "#9d9d9d", "dead-adapter": "#9d9d9d"}
+VERDICT_TEXT = {"ok": "no flag", "vanishing": "vanishing", "exploding": "exploding", "nan": "NaN/Inf",
+                "no-grad": "no gradient", "dead-adapter": "dead adapter"}
 ROW_PX = 16  # pixels per layer row
 _BOKEHJS_LOADED = False
 
@@ -80,20 +84,13 @@ def layer_rows(flow: GradientFlow) -> dict[str, list[Any]]:
     positive = [m.norm for m in layers if m.n_with_grad and math.isfinite(m.norm) and m.norm > 0]
     floor = min(positive) / 10 if positive else 1e-12
     data: dict[str, list[Any]] = {k: [] for k in ("layer", "norm", "right", "left", "max_abs", "mean", "zero_frac",
-                                                 "ratio", "nonfinite", "params", "color", "flags", "norm_text")}
+                                                 "ratio", "nonfinite", "params", "color", "flags", "norm_text",
+                                                 "verdict")}
     for m in layers:
         flags = flow.flags_for(m.path) if m.path else [f for f in flow.flags if "." not in f.target]
-        own = [f for f in flags if f.kind != "stale"
+        own = [f for f in flags if f.kind != "stale-grad"
                and (f.target == m.path or any(p.rpartition(".")[0] == m.path for p in f.params))]
-        kinds = {f.kind for f in own}
-        if m.n_with_grad == 0:
-            color = COLORS["no-grad"]
-        elif m.nonfinite or "nan" in kinds:
-            color = COLORS["nan"]
-        elif kinds & {"vanishing", "exploding", "dead-adapter", "no-grad"}:
-            color = COLORS["flag"]
-        else:
-            color = COLORS["ok"]
+        verdict = _verdict(m, {f.kind for f in own})
         ok = m.n_with_grad and math.isfinite(m.norm) and m.norm > 0
         data["layer"].append(m.path or "(top level)")
         data["norm"].append(m.norm)
@@ -105,13 +102,24 @@ def layer_rows(flow: GradientFlow) -> dict[str, list[Any]]:
         data["ratio"].append(m.ratio)
         data["nonfinite"].append(m.nonfinite)
         data["params"].append(f"{m.n_with_grad}/{m.n_params} with grad")
-        data["color"].append(color)
+        data["color"].append(COLORS[verdict])
+        data["verdict"].append(VERDICT_TEXT[verdict])
         data["flags"].append("; ".join(f"[{f.kind}] {f.reason}" for f in own) or "-")
         data["norm_text"].append(_fmt(m.norm) if m.n_with_grad else "no gradient")
     return data
 
 
-TIPS = [("layer", "@layer"), ("L2 norm", "@norm_text"), ("max |g|", "@max_abs{%0.6g}"), ("mean", "@mean{%0.6g}"),
+def _verdict(m: ModuleStats, kinds: set[str]) -> str:
+    """The one verdict a layer's bar shows, worst first."""
+    if m.n_with_grad == 0:
+        return "no-grad"
+    if m.nonfinite or "nan" in kinds:
+        return "nan"
+    return next((k for k in ("exploding", "vanishing", "dead-adapter", "no-grad") if k in kinds), "ok")
+
+
+TIPS = [("layer", "@layer"), ("verdict", "@verdict"),
+        ("L2 norm", "@norm_text"), ("max |g|", "@max_abs{%0.6g}"), ("mean", "@mean{%0.6g}"),
         ("zeros", "@zero_frac{0.00%}"), ("grad/weight", "@ratio{%0.4g}"), ("NaN/Inf", "@nonfinite"),
         ("params", "@params"), ("flags", "@flags")]
 SELECTION_STYLE: dict[str, Any] = dict(selection_fill_alpha=1.0, nonselection_fill_alpha=0.35,
@@ -132,7 +140,10 @@ def norm_bars(flow: GradientFlow, source: ColumnDataSource | None = None, width:
                  tools=[TapTool(mode="replace"), "reset", "xwheel_zoom", "xpan"],
                  toolbar_location="above", name="norm_bars")
     bars = fig.hbar(y="layer", left="left", right="right", height=0.8, fill_color="color", line_color=None,
-                    source=source, **SELECTION_STYLE)
+                    source=source, legend_field="verdict", **SELECTION_STYLE)
+    legend = fig.legend[0]  # the verdicts by name, under the plot so no bar hides behind it
+    legend.orientation, legend.label_text_font_size, legend.click_policy = "horizontal", "9px", "none"
+    fig.add_layout(legend, "below")
     fig.add_tools(HoverTool(renderers=[bars], tooltips=TIPS, formatters=FORMATS))
     fig.xaxis.axis_label = "‖grad‖₂ (log)"
     fig.yaxis.major_label_text_font_size = "9px"

@@ -161,6 +161,12 @@ export interface GhostTensor {
   targets: string[];
   /** Module call it belongs to ("" = top level), like GraphNode.call. */
   call: string;
+  /** Module path whose forward made it ("" = top level), before it is drawn beside its consumers. */
+  where: string;
+  /** "file:line" of the user code that made it, or "" when unknown. */
+  line: string;
+  /** Detached: parameters upstream of the detached tensor, whose gradient path ends at this cut. */
+  cut: string[];
 }
 
 /**
