@@ -10,7 +10,7 @@ what its gradient would do to its own weights, and the network by how that chang
   its ratio exceeds 1.
 * **vanishing**: an SGD step even at learning rate 1 would change the weights by less than the dtype's
   resolution (ratio below ``finfo.eps``: 1.2e-7 in float32, 7.8e-3 in bfloat16); or the ratio falls
-  steadily with depth (Spearman rank correlation >= 0.8 over at least 4 layers) by more than
+  steadily with depth (Spearman rank correlation >= 0.9 over at least 6 layers) by more than
   ``trend`` x from the output layers to the input layers, and this layer sits more than ``trend`` x
   under the output layers; or the gradient is exactly zero.
 
@@ -31,8 +31,8 @@ import torch
 __all__ = ["LayerHealth", "Thresholds", "check_layers"]
 
 WEIGHT_FLOOR = 1e-3  # per element: the "own size" of a zero-initialised weight
-MIN_TREND_LAYERS = 4
-MIN_TREND_CORRELATION = 0.8
+MIN_TREND_LAYERS = 6
+MIN_TREND_CORRELATION = 0.9
 
 
 @dataclass(frozen=True)

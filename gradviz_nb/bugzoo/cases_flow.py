@@ -1,7 +1,261 @@
-"""Bug-zoo cases: flow."""
+"""Bug-zoo cases for ``gv.gradient_flow``: vanishing, exploding, dead adapters, cut paths and their causes.
+
+Each case measures PyTorch's truth first (which ``.grad`` is really ``None``, how far SGD really moves
+each layer, whether one step really blows the loss up) and derives the expected flags from it.
+"""
 
 from __future__ import annotations
 
-from gradviz_nb.bugzoo.case import Case
+import math
+import statistics
+from collections.abc import Callable
 
-CASES: list[Case] = []
+import torch
+from torch import nn
+
+import gradviz_nb as gv
+from gradviz_nb.analysis.flow import GradientFlow
+from gradviz_nb.bugzoo.case import Case, Outcome, flag_outcome
+
+Pairs = set[tuple[str, str]]
+
+
+def flags_of(flow: GradientFlow) -> Pairs:
+    return {(f.kind, f.target) for f in flow.flags}
+
+
+def no_grad_truth(model: nn.Module) -> set[str]:
+    """Parameters that require grad and have ``.grad is None`` after the backward that just ran."""
+    return {n for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
+
+
+def relative_moves(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor], steps: int = 10,
+                   lr: float = 0.1) -> dict[str, float]:
+    """How far SGD really moves each layer's weight, relative to its norm (the depth-trend truth)."""
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(model).backward()
+        opt.step()
+    return {n.rpartition(".")[0]: ((p.detach() - start[n]).norm() / start[n].norm()).item()
+            for n, p in model.named_parameters() if n.endswith("weight")}
+
+
+# -- vanishing / exploding ---------------------------------------------------------------------------
+
+
+def deep_sigmoid(depth: int = 20, width: int = 16, seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.Sigmoid()]
+    return nn.Sequential(*layers, nn.Linear(width, 1))
+
+
+def vanishing_sigmoid() -> Outcome:
+    """20 sigmoid layers: the first layers' updates are lost. Expected: every layer SGD moves 100x less than
+    the layers at the output end (median of the top quarter) is flagged vanishing; none within 3x of them is."""
+    x, y = torch.randn(64, 16, generator=torch.Generator().manual_seed(1)), torch.zeros(64, 1)
+
+    def loss_fn(m: nn.Module) -> torch.Tensor:
+        return nn.functional.mse_loss(m(x), y)
+
+    moves = relative_moves(deep_sigmoid(), loss_fn)
+    top = statistics.median(list(moves.values())[-5:])  # the output end: the top quarter of the layers
+    model = deep_sigmoid()
+    loss_fn(model).backward()
+    reported = flags_of(gv.gradient_flow(model))
+    expected = {("vanishing", k) for k, v in moves.items() if v < top / 100}
+    grey = {("vanishing", k) for k, v in moves.items() if top / 100 <= v < top / 3}
+    return flag_outcome(expected, reported, allowed=grey)
+
+
+def exploding_init() -> Outcome:
+    """13 ReLU layers with weights scaled 4x at init. Truth: one SGD step at lr 1e-3 moves each layer by
+    more than its own norm and the loss turns non-finite or grows 100x. Expected: all 13 exploding."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(13):
+        linear = nn.Linear(64, 64)
+        with torch.no_grad():
+            linear.weight.mul_(4)
+        layers += [linear, nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    x, y = torch.randn(32, 64), torch.randn(32, 64)
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    reported = flags_of(gv.gradient_flow(model))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    torch.optim.SGD(model.parameters(), lr=1e-3).step()
+    after = nn.functional.mse_loss(model(x), y).item()
+    blew_up = not math.isfinite(after) or after > 100 * loss.item()
+    moved = {n.rpartition(".")[0] for n, p in model.named_parameters()
+             if n.endswith("weight") and (p.detach() - before[n]).norm() > before[n].norm()}
+    expected = {("exploding", k) for k in moved} if blew_up else set()
+    out = flag_outcome(expected, reported)
+    return Outcome(f"{out.expected} (loss after one step: {after:.3g})", out.got, out.ok and blew_up, out.false_alarms)
+
+
+# -- no gradient: the cause must name the evidence ----------------------------------------------------
+
+
+def _with_reason(flow: GradientFlow, target: str, needle: str) -> tuple[bool, str]:
+    reasons = [f.reason for f in flow.flags if f.target == target and f.kind == "no-grad"]
+    return any(needle in r for r in reasons), (reasons[0] if reasons else "no flag")
+
+
+def _cause_outcome(model: nn.Module, flow: GradientFlow, target: str, needle: str,
+                   allowed: Pairs = frozenset()) -> Outcome:  # type: ignore[assignment]
+    truth = no_grad_truth(model)
+    expected = {("no-grad", n) for n in truth}
+    out = flag_outcome(expected, flags_of(flow), allowed)
+    named, reason = _with_reason(flow, target, needle)
+    return Outcome(f"{out.expected}; cause names {needle!r}", f"{out.got}; cause: {reason}", out.ok and named,
+                   out.false_alarms)
+
+
+class _Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.fc(h.detach())  # the bug: the head cuts the body off
+
+
+def detach_in_other_module() -> Outcome:
+    """body -> head, where head's forward detaches its input: the cause names head's detach and its line."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("body", nn.Linear(8, 8))
+    model.add_module("head", _Head())
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(4, 8)).sum()
+    graph = gv.trace(loss, model=model, capture=cap)
+    loss.backward()
+    flow = gv.gradient_flow(model, graph=graph, capture=cap)
+    return _cause_outcome(model, flow, "body.weight", "detach() in module 'head' at ")
+
+
+def data_read() -> Outcome:
+    """A forward reads ``fc1.weight.data``: only that weight loses its gradient; the cause names .data."""
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"fc1": nn.Linear(4, 8), "fc2": nn.Linear(8, 1)})
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return model["fc2"](torch.relu(x @ model["fc1"].weight.data.T + model["fc1"].bias))
+
+    with gv.capture(model) as cap:
+        loss = forward(torch.randn(3, 4)).sum()
+    graph = gv.trace(loss, model=model, capture=cap)
+    loss.backward()
+    return _cause_outcome(model, gv.gradient_flow(model, graph=graph, capture=cap), "fc1.weight", ".data")
+
+
+def backward_not_run() -> Outcome:
+    """Gradients inspected before ``loss.backward()``: the cause says backward has not run."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    model(torch.randn(2, 4)).sum()
+    return _cause_outcome(model, gv.gradient_flow(model), "0.weight", "backward() has not run")
+
+
+class MoE(nn.Module):
+    """Top-1 routing to 4 experts; the router's bias keeps every token away from expert 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(8, 4)
+        self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(4))
+        with torch.no_grad():
+            self.router.bias.copy_(torch.tensor([0.0, 0.0, 0.0, -30.0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = self.router(x).softmax(-1)
+        choice = gate.argmax(-1)
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            picked = choice == i
+            if picked.any():
+                out[picked] = expert(x[picked]) * gate[picked, i : i + 1]
+        return out
+
+
+def moe_unreached_expert() -> Outcome:
+    """An MoE expert no token reaches: no gradient, and the cause is that its module was never called."""
+    torch.manual_seed(0)
+    model = MoE()
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(16, 8)).pow(2).sum()
+    graph = gv.trace(loss, model=model, capture=cap)
+    loss.backward()
+    flow = gv.gradient_flow(model, graph=graph, capture=cap)
+    return _cause_outcome(model, flow, "experts.3.weight", "no call of its module 'experts.3'")
+
+
+def nan_gradient() -> Outcome:
+    """log of a value that reaches zero: NaN/Inf gradients, flagged on exactly the parameters holding them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    with torch.no_grad():
+        model[2].bias.fill_(-100.0)  # relu(...) @ w + b < 0 everywhere: sqrt of a negative is NaN
+    model(torch.randn(8, 4)).sqrt().sum().backward()
+    truth = {n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()}
+    reported = flags_of(gv.gradient_flow(model))
+    return flag_outcome({("nan", n) for n in truth}, reported, allowed={("nan", n.rpartition(".")[0]) for n in truth})
+
+
+# -- adapters -------------------------------------------------------------------------------------
+
+
+def dead_lora_detached() -> Outcome:
+    """LoRA on a small GPT-2, base frozen; a bug detaches blocks.1.attn's output. Expected: its two adapters
+    flagged dead (and their parameters no-grad), as PyTorch's ``.grad is None`` says."""
+    from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+
+    torch.manual_seed(0)
+    model = add_lora(GPT2(GPT2Config.small_test()))
+    attn = model.blocks[1].attn
+    original = attn.forward
+    attn.forward = lambda h: original(h).detach()
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model, batch=2)
+    graph = gv.trace(loss, model=model, capture=cap)
+    loss.backward()
+    truth = no_grad_truth(model)
+    dead = {n.split(".lora_")[0] for n in truth}
+    expected = {("dead-adapter", d) for d in dead}
+    return flag_outcome(expected, flags_of(gv.gradient_flow(model, graph=graph, capture=cap)),
+                        allowed={("no-grad", n) for n in truth})
+
+
+def peft_disabled_adapter() -> Outcome:
+    """peft LoRA where one layer's adapter is switched off (``enable_adapters(False)``): flagged dead."""
+    import peft
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=32,
+                                     bos_token_id=0, eos_token_id=0)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], lora_dropout=0.0, fan_in_fan_out=True)
+    model = peft.get_peft_model(transformers.GPT2LMHeadModel(config), lora)
+    layer = model.base_model.model.transformer.h[0].attn.c_attn
+    layer.enable_adapters(False)  # the bug
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+    model(input_ids=ids, labels=ids).loss.backward()
+    dead = {n.split(".lora_")[0] for n, p in model.named_parameters() if "lora_" in n and p.grad is None}
+    return flag_outcome({("dead-adapter", d) for d in dead}, flags_of(gv.gradient_flow(model)))
+
+
+CASES: list[Case] = [
+    Case("vanishing-deep-sigmoid", "vanishing", vanishing_sigmoid),
+    Case("exploding-bad-init", "exploding", exploding_init),
+    Case("detach-in-another-module", "cause", detach_in_other_module),
+    Case("data-read-of-a-parameter", "cause", data_read),
+    Case("backward-not-run-yet", "cause", backward_not_run),
+    Case("moe-expert-unreached", "no-grad", moe_unreached_expert),
+    Case("nan-gradient", "nan", nan_gradient),
+    Case("dead-lora-detached", "dead-adapter", dead_lora_detached),
+    Case("peft-adapter-switched-off", "dead-adapter", peft_disabled_adapter, needs=("transformers", "peft")),
+]

@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 _DATA_GETTER = torch._C.TensorBase.__dict__["data"]
 SMALL_VALUE = 64
 CUT_WALK_LIMIT = 20_000  # grad_fn nodes walked per detach to find the parameters it cuts off
-_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+# Frames of torch and of this tracing package sit between the user's detach and the mode that sees it.
+_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__), "<frozen ")
 
 
 def user_line() -> str:
-    """``file:line`` of the innermost frame of user code (outside torch and gradviz_nb), or ``""``."""
+    """``file:line`` of the innermost frame of user code (outside torch and gradviz_nb.tracing), or ``""``."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
