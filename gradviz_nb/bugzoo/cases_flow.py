@@ -97,6 +97,42 @@ def exploding_init() -> Outcome:
     return Outcome(f"{out.expected} (loss after one step: {after:.3g})", out.got, out.ok and blew_up, out.false_alarms)
 
 
+class _ResidualSigmoid(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(16), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.sigmoid(self.fc(self.norm(x)))
+
+
+def residual_without_final_norm() -> Outcome:
+    """20 residual sigmoid blocks and a head with no final norm: the residual stream grows with depth and
+    the head's gradient is 170x every other layer's. Truth: SGD at lr 1e-3 diverges within 10 steps, and
+    the first step moves the head by more than a tenth of its norm. Expected: exploding on those layers."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_ResidualSigmoid() for _ in range(20)], nn.Linear(16, 1))
+    x, y = torch.randn(64, 16), torch.randn(64, 1)
+    nn.functional.mse_loss(model(x), y).backward()
+    reported = flags_of(gv.gradient_flow(model))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    opt.step()
+    jumped = {n.rpartition(".")[0] for n, p in model.named_parameters()
+              if n.endswith("weight") and (p.detach() - before[n]).norm() > 0.1 * before[n].norm()}
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    diverged = not math.isfinite(losses[-1]) or losses[-1] > 10 * losses[0]
+    out = flag_outcome({("exploding", k) for k in jumped} if diverged else set(), reported)
+    return Outcome(f"{out.expected} (loss {losses[0]:.3g} -> {losses[-1]:.3g} in 10 SGD steps)", out.got,
+                   out.ok and diverged, out.false_alarms)
+
+
 # -- no gradient: the cause must name the evidence ----------------------------------------------------
 
 
@@ -251,6 +287,7 @@ def peft_disabled_adapter() -> Outcome:
 CASES: list[Case] = [
     Case("vanishing-deep-sigmoid", "vanishing", vanishing_sigmoid),
     Case("exploding-bad-init", "exploding", exploding_init),
+    Case("exploding-residual-no-final-norm", "exploding", residual_without_final_norm),
     Case("detach-in-another-module", "cause", detach_in_other_module),
     Case("data-read-of-a-parameter", "cause", data_read),
     Case("backward-not-run-yet", "cause", backward_not_run),
