@@ -153,8 +153,8 @@ def hf_bert() -> Healthy:
 def hf_t5() -> Healthy:
     import transformers
 
-    config = transformers.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=100,
-                                   decoder_start_token_id=0)
+    config = transformers.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=100)
+    config.decoder_start_token_id = 0
     return _hf(lambda: transformers.T5ForConditionalGeneration(config))
 
 
@@ -227,5 +227,8 @@ _MODELS: list[tuple[str, Callable[[], Healthy], tuple[str, ...]]] = [
     ("healthy-grad-accumulation", grad_accumulation, ()),
 ]
 
-CASES: list[Case] = [Case(name, "healthy", lambda make=make: healthy_outcome(make), needs=needs)
-                     for name, make, needs in _MODELS]
+def _case(name: str, make: Callable[[], Healthy], needs: tuple[str, ...]) -> Case:
+    return Case(name, "healthy", lambda: healthy_outcome(make), needs=needs)
+
+
+CASES: list[Case] = [_case(name, make, needs) for name, make, needs in _MODELS]
