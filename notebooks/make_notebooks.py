@@ -328,9 +328,17 @@ GRADIENT_FLOW = [
 
 `gv.gradient_flow(model)` reads the gradients after a backward (it never changes them) and reports, per
 parameter and per module, the L2 norm, max |g|, mean, fraction of zeros, NaN/Inf count and the
-gradient-to-weight ratio, then flags what looks wrong: **no gradient**, **vanishing** / **exploding**
-layers, **NaN/Inf**, **dead adapters**, and (with the monitor) **stale** gradients. Charts are Bokeh, loaded
-inline: nothing comes from a CDN."""),
+gradient-to-weight ratio, then flags what looks wrong: **no gradient** (with the cause it observed),
+**vanishing** / **exploding** layers, **NaN/Inf**, **dead adapters**, and (with the monitor) **stale**
+gradients. Charts are Bokeh, loaded inline: nothing comes from a CDN.
+
+How a layer is judged (never against the median layer, which calls the healthy top of a vanishing network
+"exploding"):
+* **exploding**: one SGD step at a usual learning rate (1e-3) would move the layer by more than its own norm,
+  or its gradient is 100x above every other layer's while large for its weights;
+* **vanishing**: even a step at learning rate 1 would not change the weights at their dtype's resolution, or
+  the gradient/weight ratio falls steadily with depth, and this layer sits more than 10x under the output
+  layers. Every verdict in this notebook is checked against what PyTorch really does in `tests/bugzoo`."""),
     ("code", """import torch
 from torch import nn
 import gradviz_nb as gv
@@ -340,8 +348,9 @@ torch.manual_seed(0)"""),
     ("md", """## 1. Vanishing gradients in a deep sigmoid MLP
 
 Twenty sigmoid layers: each multiplies the gradient by at most 1/4 on its way back, so the first layers get
-almost nothing. The bars are on a log scale, in model order; flagged layers are red. Hover for the numbers."""),
-    ("code", """def deep_mlp(residual: bool, depth: int = 20, width: int = 16) -> nn.Module:
+almost nothing. The bars are on a log scale, in model order; vanishing layers are orange, exploding ones red.
+Hover for the numbers and the reason."""),
+    ("code", """def deep_mlp(residual: bool, final_norm: bool = False, depth: int = 20, width: int = 16) -> nn.Module:
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
@@ -350,16 +359,32 @@ almost nothing. The bars are on a log scale, in model order; flagged layers are 
         def forward(self, x):
             h = torch.sigmoid(self.fc(self.norm(x)))
             return x + h if residual else h
-    return nn.Sequential(*[Block() for _ in range(depth)], nn.Linear(width, 1))
+    head = [nn.LayerNorm(width)] if final_norm else []
+    return nn.Sequential(*[Block() for _ in range(depth)], *head, nn.Linear(width, 1))
 
 x, y = torch.randn(64, 16), torch.randn(64, 1)
 plain = deep_mlp(residual=False)
 nn.functional.mse_loss(plain(x), y).backward()
 flow = gv.gradient_flow(plain)
-print(flow.summary()[:600])
+print(flow.summary())
 flow.chart(plain)"""),
-    ("md", """Residual connections and normalisation give the gradient a direct path back: every layer now learns."""),
-    ("code", """fixed = deep_mlp(residual=True)
+    ("md", """Residual connections and normalisation give the gradient a direct path back. But a residual stream
+without a final norm grows with depth (each block adds up to 1 per feature), and the head now sees large
+inputs: its gradient is far above every other layer's, and the flag says so."""),
+    ("code", """residual = deep_mlp(residual=True)
+nn.functional.mse_loss(residual(x), y).backward()
+print(gv.gradient_flow(residual).summary())"""),
+    ("md", """Is that flag true? Ask PyTorch: a few SGD steps at a modest learning rate."""),
+    ("code", """opt = torch.optim.SGD(residual.parameters(), lr=1e-3)
+for step in range(6):
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(residual(x), y)
+    loss.backward()
+    opt.step()
+    print(f"step {step}: loss {loss.item():.4g}")"""),
+    ("md", """It diverges. A final LayerNorm before the head (as in pre-LN transformers) fixes it: every layer
+learns, nothing is flagged."""),
+    ("code", """fixed = deep_mlp(residual=True, final_norm=True)
 nn.functional.mse_loss(fixed(x), y).backward()
 fixed_flow = gv.gradient_flow(fixed)
 print(fixed_flow.summary())
