@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from gradviz_nb.analysis.grad_scale import pending_scale
 from gradviz_nb.analysis.layer_health import LayerHealth, Thresholds, check_layers
 from gradviz_nb.analysis.no_grad import adapter_switch_reasons, no_grad_reason
+from gradviz_nb.analysis.optimizer_check import optimizer_flags
 from gradviz_nb.errors import GradvizError
 
 if TYPE_CHECKING:
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Flag", "GradientFlow", "ModuleStats", "ParamStats", "gradient_flow"]
 
-FLAG_KINDS = ("no-grad", "nan", "vanishing", "exploding", "dead-adapter", "stale-grad")
+FLAG_KINDS = ("no-grad", "nan", "vanishing", "exploding", "dead-adapter", "stale-grad", "frozen",
+              "not-in-optimizer")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class GradientFlow:
     modules: list[ModuleStats]
     flags: list[Flag]
     thresholds: Thresholds = field(default_factory=Thresholds)
+    grad_scale: float = 1.0  # a GradScaler's factor divided out of every statistic (1: none)
 
     @property
     def layers(self) -> list[ModuleStats]:
@@ -162,7 +166,8 @@ class GradientFlow:
         gradient histograms when ``model`` (whose ``.grad`` this was computed from) is given."""
         from gradviz_nb.widgets.flow_charts import as_widget, flow_charts
 
-        layout, _ = flow_charts(self, layer_histograms(model) if model is not None else None)
+        hists = layer_histograms(model, scale=self.grad_scale) if model is not None else None
+        layout, _ = flow_charts(self, hists)
         return as_widget(layout) if widget else layout
 
     def __repr__(self) -> str:
@@ -228,8 +233,10 @@ def _ratio(norm: float, weight_norm: float) -> float:
     return norm / weight_norm if weight_norm > 0 else (math.inf if norm > 0 else 0.0)
 
 
-def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | None = None) -> list[ParamStats]:
-    """Per-parameter statistics of ``.grad`` (or of ``grads``, by parameter name), in model order."""
+def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | None = None,
+                scale: float = 1.0) -> list[ParamStats]:
+    """Per-parameter statistics of ``.grad`` (or of ``grads``, by parameter name), in model order, with
+    ``scale`` (a factor the gradients still carry) divided out."""
     named = _named_params(model)
     given = dict(grads) if grads is not None else None
     if given is not None:
@@ -249,6 +256,7 @@ def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | Non
     for (names, p), g, wn in zip(named, grad_of, wnorms, strict=True):
         norm, max_abs, total, zeros, nonfinite = next(stats) if g is not None else [math.nan, math.nan, math.nan,
                                                                                       math.nan, 0.0]
+        norm, max_abs, total = norm / scale, max_abs / scale, total / scale
         n = p.numel()
         out.append(ParamStats(
             name=names[0], names=tuple(names), module=names[0].rpartition(".")[0], shape=tuple(p.shape), numel=n,
@@ -410,6 +418,8 @@ def gradient_flow(
     abs_vanishing: float | None = None,
     abs_exploding: float | None = None,
     adapter_patterns: Sequence[str] = ("lora_A", "lora_B"),
+    optimizer: torch.optim.Optimizer | None = None,
+    scaler: Any | None = None,
 ) -> GradientFlow:
     """Gradient statistics per parameter and module, and flags with reasons, after a backward.
 
@@ -426,6 +436,11 @@ def gradient_flow(
     the output layers to this one. ``abs_vanishing``/``abs_exploding``: optional absolute norm limits.
     Adapters are the parameters with a path component in ``adapter_patterns`` (LoRA's ``lora_A``/``lora_B``).
 
+    ``optimizer``: the optimizer of the training loop; adds ``frozen`` (it holds a parameter that does not
+    require grad, so it never moves) and ``not-in-optimizer`` (a parameter gets a gradient but is in no
+    param group, or only in groups with lr 0). ``scaler``: a ``torch.amp.GradScaler`` whose
+    ``unscale_`` has not run yet; its scale is divided out of every statistic.
+
     Example::
 
         loss.backward()
@@ -436,12 +451,16 @@ def gradient_flow(
     if not isinstance(model, nn.Module):
         raise GradvizError(f"gradient_flow expects an nn.Module, got {type(model).__name__}.")
     thresholds = Thresholds(lr, peer, trend, abs_vanishing, abs_exploding)
-    params = param_stats(model, grads)
+    scale = pending_scale(scaler)
+    params = param_stats(model, grads, scale)
     modules = module_stats(model, params)
     owners = {p.module for p in params}
     layers = [m for m in modules if m.path in owners]
     flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture)
-    return GradientFlow(params, modules, flags, thresholds)
+    if optimizer is not None:
+        tensors = dict(model.named_parameters(remove_duplicate=False))
+        flags += [Flag(*finding) for finding in optimizer_flags(params, tensors, optimizer)]
+    return GradientFlow(params, modules, flags, thresholds, scale)
 
 
 def overlay(flow: GradientFlow, graph: AutogradGraph) -> dict[str, Any]:
@@ -483,11 +502,13 @@ def overlay(flow: GradientFlow, graph: AutogradGraph) -> dict[str, Any]:
 HIST_RANGE = (-12.0, 4.0)  # log10 |gradient|; values outside are clamped into the end bins
 
 
-def layer_histograms(model: nn.Module, bins: int = 32) -> tuple[list[float], dict[str, list[float]]]:
+def layer_histograms(model: nn.Module, bins: int = 32,
+                     scale: float = 1.0) -> tuple[list[float], dict[str, list[float]]]:
     """Histogram of ``log10 |g|`` per layer (module owning parameters), as fractions of its elements.
 
     Returns ``(edges, {layer: fractions})``: ``bins`` bins over :data:`HIST_RANGE` plus a first entry
-    for exact zeros (so ``len(fractions) == bins + 1``). Reads ``.grad``; changes nothing.
+    for exact zeros (so ``len(fractions) == bins + 1``). ``scale``: a factor ``.grad`` still carries (a
+    GradScaler's) to divide out. Reads ``.grad``; changes nothing.
     """
     lo, hi = HIST_RANGE
     edges = torch.linspace(lo, hi, bins + 1).tolist()
@@ -499,7 +520,7 @@ def layer_histograms(model: nn.Module, bins: int = 32) -> tuple[list[float], dic
         if g is None:
             continue
         values, implicit_zeros = dense_values(g)
-        a = values.abs().flatten()
+        a = values.abs().flatten() / scale
         finite = a[torch.isfinite(a)]
         zeros = (finite == 0).sum() + implicit_zeros
         logs = finite[finite > 0].log10().clamp(lo, hi - 1e-6)

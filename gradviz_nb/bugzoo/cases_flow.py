@@ -284,6 +284,60 @@ def peft_disabled_adapter() -> Outcome:
     return flag_outcome({("dead-adapter", d) for d in dead}, flags_of(gv.gradient_flow(model)))
 
 
+# -- the optimizer, mixed precision, sparse gradients ------------------------------------------------
+
+
+def _mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+def frozen_block() -> Outcome:
+    """The optimizer was built over every parameter, then a block was frozen by mistake. Truth: after a
+    real step, exactly that block's parameters never moved. Expected: frozen on each of them."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for p in model[2].parameters():
+        p.requires_grad_(False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model(torch.randn(4, 8)).sum().backward()
+    flow = gv.gradient_flow(model, optimizer=opt)
+    opt.step()
+    still = {n for n, p in model.named_parameters() if torch.equal(p.detach(), before[n])}
+    return flag_outcome({("frozen", n) for n in still}, flags_of(flow))
+
+
+def grad_scaler_not_unscaled() -> Outcome:
+    """bf16 autocast with a GradScaler, gradients read before ``unscale_``. Truth: the norms of an unscaled
+    backward. Expected: with ``scaler=`` every norm equals the truth to 1e-5 and nothing is flagged."""
+    model, x = _mlp(), torch.randn(4, 8)
+    model(x).sum().backward()
+    truth = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    model.zero_grad()
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(model(x).sum()).backward()
+    flow = gv.gradient_flow(model, scaler=scaler)
+    worst = max(abs(flow.param(n).norm / v - 1) for n, v in truth.items())
+    return Outcome("norms equal the unscaled truth, no flag", f"worst relative error {worst:.1e}; "
+                   f"{len(flow.flags)} flags", worst < 1e-5, tuple(f"{f.kind} {f.target}" for f in flow.flags))
+
+
+def sparse_embedding() -> Outcome:
+    """``nn.Embedding(sparse=True)``: statistics and histograms of the sparse gradient, equal to its dense form."""
+    from gradviz_nb.analysis.flow import layer_histograms
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 8, sparse=True), nn.Linear(8, 1))
+    model(torch.tensor([[1, 2, 2, 7]])).sum().backward()
+    dense = model[0].weight.grad.to_dense()
+    stats = gv.gradient_flow(model).param("0.weight")
+    _, hists = layer_histograms(model)
+    err = max(abs(stats.norm / dense.norm().item() - 1), abs(stats.max_abs / dense.abs().max().item() - 1),
+              abs(hists["0"][0] - (dense == 0).double().mean().item()))
+    return Outcome("norm, max and zero fraction of the dense gradient", f"worst relative error {err:.1e}",
+                   err < 1e-5)
+
+
 CASES: list[Case] = [
     Case("vanishing-deep-sigmoid", "vanishing", vanishing_sigmoid),
     Case("exploding-bad-init", "exploding", exploding_init),
@@ -294,5 +348,8 @@ CASES: list[Case] = [
     Case("moe-expert-unreached", "no-grad", moe_unreached_expert),
     Case("nan-gradient", "nan", nan_gradient),
     Case("dead-lora-detached", "dead-adapter", dead_lora_detached),
+    Case("frozen-block", "frozen", frozen_block),
+    Case("grad-scaler-not-unscaled", "wrong-figure", grad_scaler_not_unscaled),
+    Case("sparse-embedding-flow", "wrong-figure", sparse_embedding),
     Case("peft-adapter-switched-off", "dead-adapter", peft_disabled_adapter, needs=("transformers", "peft")),
 ]
