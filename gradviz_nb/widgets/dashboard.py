@@ -67,7 +67,8 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
                                                 **flow_options)
         """GradientFlow: the statistics and flags shown."""
         self.graph.overlay = overlay(self.flow, graph_widget.graph)
-        layout, self.source = flow_charts(self.flow, layer_histograms(model) if histograms else None)
+        hists = layer_histograms(model, scale=self.flow.grad_scale) if histograms else None
+        layout, self.source = flow_charts(self.flow, hists)
         self.charts = as_widget(layout)
         """jupyter_bokeh BokehModel holding the charts."""
         self.layers: list[str] = [m.path for m in chart_layers(self.flow)]

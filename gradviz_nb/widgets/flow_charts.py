@@ -172,7 +172,7 @@ def histogram_heatmap(edges: Sequence[float], hists: dict[str, list[float]], y_r
     layers = [str(f) for f in y_range.factors][::-1]
     step = edges[1] - edges[0]
     source = ColumnDataSource(histogram_rows(edges, hists, layers))
-    fig = figure(title="gradient histogram per layer (log10 |g|)", y_range=y_range, width=width,
+    fig = figure(title="histogram of log10 |grad|", y_range=y_range, width=width,
                  height=60 + ROW_PX * max(len(layers), 3), tools="reset", toolbar_location="above",
                  x_range=Range1d(start=HIST_RANGE[0] - 2 * step, end=HIST_RANGE[1]), name="histograms")
     cells = fig.rect(x="x", y="layer", width=step, height=0.9, source=source, line_color=None,
