@@ -1,4 +1,7 @@
-"""``python -m gradviz_nb.bugzoo [name ...]``: run the zoo and print case, expected, got."""
+"""``python -m gradviz_nb.bugzoo [--markdown] [name ...]``: run the zoo and print case, expected, got.
+
+``--markdown`` prints the same table as Markdown (the README's copy is made this way).
+"""
 
 from __future__ import annotations
 
@@ -22,8 +25,32 @@ def _run(case: Case) -> tuple[str, Outcome | None, float]:
     return ("ok" if out.passed else "FAIL"), out, time.perf_counter() - t0
 
 
+def _cell(text: str, width: int = 110) -> str:
+    text = text.replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def markdown(cases: list[Case]) -> int:
+    rows = [(c, *_run(c)) for c in cases]
+    print("| case | bug class | expected (from PyTorch) | got | |\n|---|---|---|---|---|")
+    for case, status, out, _ in rows:
+        if out is None:
+            print(f"| {case.name} | {case.group} | | {_cell(status)} | |")
+            continue
+        got = out.got + ("; false alarms: " + ", ".join(out.false_alarms) if out.false_alarms else "")
+        print(f"| {case.name} | {case.group} | {_cell(out.expected)} | {_cell(got)} | {status} |")
+    bugs = [r for r in rows if not r[0].healthy and r[2] is not None]
+    healthy = [r for r in rows if r[0].healthy and r[2] is not None]
+    print(f"\nBugs named: {sum(r[2].passed for r in bugs)}/{len(bugs)}. "  # type: ignore[union-attr]
+          f"Healthy models without a false alarm: {sum(r[2].passed for r in healthy)}/{len(healthy)}.")  # type: ignore[union-attr]
+    return 0 if all(r[2] is not None and r[2].passed for r in rows) else 1
+
+
 def main(argv: list[str]) -> int:
-    cases = [c for c in all_cases() if not argv or c.name in argv]
+    names = [a for a in argv if not a.startswith("--")]
+    cases = [c for c in all_cases() if not names or c.name in names]
+    if "--markdown" in argv:
+        return markdown(cases)
     bugs_named = bugs = healthy_clean = healthy = 0
     failed = False
     print(f"{'case':34} {'group':14} {'status':7} expected | got")
