@@ -13,6 +13,7 @@ from gradviz_nb.analysis.diff import GraphDiff, diff
 from gradviz_nb.analysis.flow import gradient_flow
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
 from gradviz_nb.analysis.monitor import GradientMonitor
+from gradviz_nb.doctor import Diagnosis, Finding, doctor
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.html import export_html
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, unwatch, watch
@@ -22,6 +23,8 @@ __all__ = [
     "BackwardRecording",
     "Capture",
     "Dashboard",
+    "Diagnosis",
+    "Finding",
     "GradientMonitor",
     "GradvizError",
     "GraphDiff",
@@ -29,6 +32,7 @@ __all__ = [
     "MemoryReport",
     "capture",
     "diff",
+    "doctor",
     "export_html",
     "gradient_flow",
     "memory_held",

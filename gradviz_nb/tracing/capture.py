@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.tracing.ghosts import ForwardObserver, Ghost
+from gradviz_nb.tracing.ghosts import ForwardObserver, Ghost, InplaceWrite
 
 
 def _sequence_counter() -> int:
@@ -167,6 +167,11 @@ class Capture:
     def ghosts(self) -> list[Ghost]:
         """Detached results and frozen parameters seen in the forward (not in the backward graph)."""
         return list(self._observer.ghosts) if self._observer is not None else []
+
+    @property
+    def inplace(self) -> list[InplaceWrite]:
+        """In-place ops on autograd-tracked tensors seen in the forward (for naming a broken saved tensor)."""
+        return list(self._observer.inplace) if self._observer is not None else []
 
     def __repr__(self) -> str:
         state = "recording" if self._handles else "stopped"

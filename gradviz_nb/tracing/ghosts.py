@@ -78,6 +78,23 @@ class Ghost:
     cut: list[str] = field(default_factory=list)  # parameters upstream of a detached tensor: their path ends here
 
 
+@dataclass(frozen=True)
+class InplaceWrite:
+    """An in-place op on a tensor that autograd tracks (``h.add_(1)``, ``relu_``), seen in the forward.
+
+    ``target_op`` / ``target_output``: which autograd node made the tensor it overwrote (as PyTorch's
+    "output 0 of ReluBackward0" names it); ``version``: the tensor's version after the write.
+    """
+
+    op: str
+    target_op: str
+    target_output: int
+    shape: tuple[int, ...]
+    version: int
+    where: str
+    line: str
+
+
 def _in_backward() -> bool:
     # checkpoint recomputes forwards during backward; that is not the forward the user ran
     return int(torch._C._current_graph_task_id()) != -1
@@ -107,12 +124,20 @@ class ForwardObserver(TorchFunctionMode):
         self._frozen = {id(p): (name, p) for name, p in params if not p.requires_grad}
         self._param_names = {id(p): name for name, p in params}
         self._frozen_ghost: dict[int, Ghost] = {}
+        self.inplace: list[InplaceWrite] = []
         # id(tensor) -> (weak ref, ghost it carries): by identity (tensor == is elementwise), and weak so
         # observing never keeps activations alive
         self._carrier: dict[int, tuple[weakref.ref[torch.Tensor], list[Ghost]]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        target = args[0] if args and name.endswith("_") and not name.endswith("__") else None
+        made_by = target.grad_fn if isinstance(target, torch.Tensor) and target.grad_fn is not None else None
         out = func(*args, **(kwargs or {}))
+        if made_by is not None and isinstance(target, torch.Tensor) and not _in_backward():
+            call = self._current_call()
+            self.inplace.append(InplaceWrite(name, made_by.name(), target.output_nr, tuple(target.shape),
+                                             target._version, call.path if call else "", user_line()))
         if type(out) is torch.Tensor and out.grad_fn is not None and out.numel() <= SMALL_VALUE:
             self.values.setdefault(out.grad_fn._sequence_nr(), out.detach().flatten().tolist())
         # Hot path (every torch call in the forward): nothing to do unless a detach happens or a ghost

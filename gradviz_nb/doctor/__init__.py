@@ -1,0 +1,104 @@
+"""``gv.doctor``: run the user's own training step under observation and name the classic bugs.
+
+The step runs for real, ``steps`` times in a row (stale gradients only show on the second), watched by
+``gv.capture`` (module calls, detaches, in-place writes) and by a wrapper around
+``torch.autograd.backward`` (the loss's graph, ``.grad`` before and after). The findings come from
+:mod:`gradviz_nb.doctor.checks`, each naming what was observed. Afterwards everything the steps changed
+is put back (:class:`~gradviz_nb.doctor.state.TrainingState`), also when the step raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradviz_nb.doctor.checks import (
+    findings_from_flow,
+    inplace_finding,
+    mode_findings,
+    not_a_parameter,
+    optimizer_findings,
+    stale_findings,
+)
+from gradviz_nb.doctor.findings import KINDS, Diagnosis, Finding
+from gradviz_nb.doctor.observe import StepRecord, observe_step
+from gradviz_nb.doctor.state import TrainingState
+from gradviz_nb.errors import GradvizError
+
+__all__ = ["Diagnosis", "Finding", "doctor"]
+
+
+def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
+           steps: int = 2, restore: bool = True) -> Diagnosis:
+    """Run ``step()`` (one training step exactly as your loop does it) ``steps`` times and diagnose it.
+
+    ``optimizer``: the loop's optimizer, so that parameters it misses, holds frozen or never moves are
+    told apart by fact. With ``restore=True`` the parameters, buffers, optimizer state, RNG states,
+    ``.grad``, ``requires_grad`` and training modes are put back afterwards, also when ``step`` raises
+    (an error other than an in-place one is then raised again).
+
+    Example::
+
+        def step():
+            opt.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            opt.step()
+
+        dx = gv.doctor(step, model, opt)
+        dx.ok, dx.findings          # [Finding(kind="not-in-optimizer", target="head.bias", ...)]
+        print(dx.summary())
+    """
+    _check(step, model, optimizer, steps)
+    saved = TrainingState.save(model, optimizer)
+    records: list[StepRecord] = []
+    try:
+        for i in range(1, steps + 1):
+            records.append(observe_step(step, model, optimizer, i, records[-1] if records else None))
+            if records[-1].error is not None:
+                break
+    finally:
+        if restore:
+            saved.restore()
+    failed = records[-1].error if records else None
+    findings = _diagnose(records, model, optimizer)
+    if failed is not None and not any(f.kind == "inplace" for f in findings):
+        raise failed
+    notes = [] if any(r.backwards for r in records) else [
+        "the step ran no backward (no loss.backward()): only the model's structure was checked"]
+    first = next((r for r in records if r.graph is not None), None)
+    return Diagnosis(findings, len(records), restore, first.graph if first else None, notes)
+
+
+def _check(step: object, model: object, optimizer: object, steps: int) -> None:
+    if not callable(step):
+        raise GradvizError(f"step must be a function running one training step, got {type(step).__name__}: "
+                           "def step(): opt.zero_grad(); loss = ...; loss.backward(); opt.step()")
+    if not isinstance(model, nn.Module):
+        raise GradvizError(f"model must be an nn.Module, got {type(model).__name__}.")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise GradvizError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}.")
+    if steps < 1:
+        raise GradvizError(f"steps must be at least 1, got {steps} (2 lets stale gradients show).")
+
+
+def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Finding]:
+    found: list[Finding] = []
+    for rec in records:
+        if rec.error is not None and rec.cap is not None:
+            hit = inplace_finding(rec.error, rec.cap.inplace, rec.index)
+            if hit is not None:
+                found.append(hit)
+    first = next((r for r in records if r.flow is not None), None)
+    if first is not None:
+        found += findings_from_flow(first)
+    found += optimizer_findings(records, model, optimizer)
+    missing = {f.target for f in found if f.kind == "not-in-optimizer"}
+    found += stale_findings(records, model, optimizer, missing)
+    found += mode_findings(records, model)
+    found += not_a_parameter(model)
+    unique = {(f.kind, f.target): f for f in found}
+    return sorted(unique.values(), key=lambda f: (KINDS.index(f.kind) if f.kind in KINDS else len(KINDS), f.step))

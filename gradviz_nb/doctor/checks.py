@@ -1,0 +1,242 @@
+"""From observed steps to findings: each check names the evidence it saw, or finds nothing.
+
+Every check reads :class:`StepRecord` data (what the step really did) and the model; none guesses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from gradviz_nb.analysis.flow import Flag
+from gradviz_nb.analysis.optimizer_check import optimizer_roles
+from gradviz_nb.doctor.findings import Finding
+from gradviz_nb.doctor.observe import StepRecord
+from gradviz_nb.tracing.ghosts import InplaceWrite
+
+__all__ = ["findings_from_flow", "inplace_finding", "mode_findings", "not_a_parameter", "optimizer_findings",
+           "stale_findings"]
+
+_FLOW_FIX = {
+    "vanishing": "shorten the gradient path: residual connections, normalisation, or a non-saturating activation",
+    "exploding": "lower the learning rate or clip gradients (torch.nn.utils.clip_grad_norm_); check the init",
+    "dead-adapter": "make sure the adapter is on the loss's path: no detach() around it, adapters enabled",
+    "nan": "find where the NaN is born: gv.find_nonfinite(step)",
+}
+
+
+def _leaf_node(rec: StepRecord, names: Iterable[str]) -> str:
+    leaves = rec.graph.leaves() if rec.graph is not None else {}
+    return next((leaves[n] for n in names if n in leaves), "")
+
+
+def _call_node(rec: StepRecord, path: str) -> str:
+    if rec.graph is None:
+        return ""
+    call = next((c for c in rec.graph.calls if c["path"] == path), None)
+    return f"call:{call['id']}" if call is not None else ""
+
+
+def _no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
+    """A parameter without gradient: ``data-access`` / ``detached`` when the capture recorded the cut,
+    else ``unused-parameter`` (what DDP's find_unused_parameters would trip on)."""
+    reason = f.reason.split(": ", 1)[-1]
+    if " .data " in f.reason or "the .data in" in f.reason:
+        return Finding("data-access", f.target, "its path to the loss is cut by a .data read", reason,
+                       "use the tensor itself (or torch.no_grad() where no gradient is wanted), not .data",
+                       rec.index)
+    if "detach() in" in f.reason:
+        return Finding("detached", f.target, "its path to the loss is cut by a detach()", reason,
+                       "remove the detach() on the path from this parameter to the loss", rec.index)
+    return Finding("unused-parameter", f.target, "requires grad but got no gradient from this step's loss "
+                   "(DistributedDataParallel would fail with find_unused_parameters=False)", reason,
+                   "use it in the loss, set requires_grad_(False), or DDP(find_unused_parameters=True)", rec.index)
+
+
+def findings_from_flow(rec: StepRecord) -> list[Finding]:
+    """gradient_flow's flags of one step, as findings (optimizer flags are handled with the optimizer)."""
+    if rec.flow is None:
+        return []
+    out = []
+    for f in rec.flow.flags:
+        if f.kind in ("frozen", "not-in-optimizer"):
+            continue
+        if f.kind == "no-grad":
+            finding = _no_grad_finding(rec, f)
+        else:
+            finding = Finding(f.kind, f.target, f.reason.split(": ", 1)[0], f.reason,
+                              _FLOW_FIX.get(f.kind, ""), rec.index)
+        node = _leaf_node(rec, f.params or (f.target,)) or _call_node(rec, f.target)
+        out.append(Finding(finding.kind, finding.target, finding.message, finding.evidence, finding.fix,
+                           finding.step, node))
+    return out
+
+
+def optimizer_findings(records: list[StepRecord], model: nn.Module,
+                       optimizer: torch.optim.Optimizer | None) -> list[Finding]:
+    """``frozen`` and ``not-in-optimizer``: from the param groups when the optimizer is given, else from
+    what the step did (a parameter with a gradient that never moved while others did)."""
+    named = dict(model.named_parameters())
+    with_grad = {n for rec in records if rec.flow for p in rec.flow.params if p.has_grad for n in p.names}
+    moved = set().union(*(rec.moved for rec in records)) if records else set()
+    last = records[-1] if records else None
+
+    def node(name: str) -> str:
+        return _leaf_node(last, [name]) if last is not None else ""
+
+    out: list[Finding] = []
+    if optimizer is None:
+        if not moved:
+            return []  # nothing moved at all: no optimizer step in this loop, nothing to compare
+        for n in sorted(with_grad - moved, key=list(named).index):
+            out.append(Finding("not-in-optimizer", n, "gets a gradient but the step never changes it",
+                               f"had a gradient in every observed step, and its value stayed bit-identical while "
+                               f"{len(moved)} other parameters moved", "add it to the optimizer (build it from "
+                               "model.parameters())", 1, node(n)))
+        return out
+    roles = optimizer_roles(optimizer)
+    kind = type(optimizer).__name__
+    frozen = [n for n, p in named.items() if not p.requires_grad and id(p) in roles]
+    out += _frozen_findings(model, frozen, kind)
+    for n, p in named.items():
+        held = roles.get(id(p), [])
+        if n not in with_grad:
+            continue
+        if not held:
+            out.append(Finding("not-in-optimizer", n, f"gets a gradient but no param group of {kind} holds it",
+                               f"{kind} has {len(optimizer.param_groups)} param groups, none holding it; its value "
+                               f"{'never changed' if n not in moved else 'changed'} during the steps",
+                               "build the optimizer from model.parameters() (or add a param group for it)", 1,
+                               node(n)))
+        elif all(lr == 0 for _, lr in held):
+            out.append(Finding("not-in-optimizer", n, f"its param group of {kind} has lr 0",
+                               f"param group {held[0][0]} holds it with lr=0; its value never changed",
+                               "give the group a learning rate (or freeze it on purpose: requires_grad_(False))",
+                               1, node(n)))
+    return out
+
+
+def _frozen_findings(model: nn.Module, frozen: list[str], kind: str) -> list[Finding]:
+    """Frozen parameters the optimizer holds, grouped by the largest module frozen whole."""
+    frozen_set = set(frozen)
+    out: list[Finding] = []
+    covered: set[str] = set()
+    for path, module in model.named_modules():
+        names = [f"{path}.{n}" if path else n for n, _ in module.named_parameters()]
+        if path and names and set(names) <= frozen_set and not covered & set(names):
+            covered |= set(names)
+            out.append(Finding("frozen", path, f"the whole module is frozen while {kind} expects it to train",
+                               f"{kind} holds its {len(names)} parameters, all with requires_grad=False: they "
+                               "never get a gradient and never move",
+                               f"model.{path}.requires_grad_(True), or leave it out of the optimizer", 1))
+    for n in frozen:
+        if n not in covered:
+            out.append(Finding("frozen", n, f"{kind} holds it but requires_grad is False",
+                               "it never gets a gradient, so the optimizer never moves it",
+                               "p.requires_grad_(True), or leave it out of the optimizer", 1))
+    return out
+
+
+def stale_findings(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                   not_in_optimizer: set[str]) -> list[Finding]:
+    """``.grad`` still holding the previous step's gradient when the next backward added to it (parameters
+    the optimizer does not hold are not blamed on a missing zero_grad: opt.zero_grad() cannot reach them)."""
+    roles = optimizer_roles(optimizer) if optimizer is not None else None
+    named = dict(model.named_parameters())
+    for rec in records:
+        stale = [n for n in rec.stale if (roles is None or id(named[n]) in roles) and n not in not_in_optimizer]
+        if not stale:
+            continue
+        target = _common_module(stale) if len(stale) > 1 else stale[0]
+        return [Finding("stale-grad", target, f".grad of {len(stale)} parameters was not zeroed before "
+                        f"step {rec.index}'s backward, which added onto the previous step's gradient",
+                        f"at step {rec.index}, .grad was the same tensor with the same version as when step "
+                        f"{rec.index - 1}'s backward ended (e.g. {stale[0]}); nothing cleared it in between",
+                        "call optimizer.zero_grad() (or model.zero_grad()) once per step", rec.index)]
+    return []
+
+
+def _common_module(names: list[str]) -> str:
+    """The deepest module holding every name ("(model)" at the top)."""
+    parts = [n.split(".")[:-1] for n in names]
+    common: list[str] = []
+    for level in zip(*parts, strict=False):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common) or "(model)"
+
+
+def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
+    """A training step run in ``eval()`` mode: dropout off and batch norm frozen while the weights move."""
+    stochastic = [p for p, m in model.named_modules()
+                  if isinstance(m, (nn.Dropout, nn.modules.batchnorm._BatchNorm)) or "Dropout" in type(m).__name__]
+    for rec in records:
+        if rec.training_at_backward is False and rec.moved and stochastic:
+            return [Finding("mode", "(model)", "the training step ran in eval() mode",
+                            f"at step {rec.index}'s backward model.training was False while {len(rec.moved)} "
+                            f"parameters moved; {len(stochastic)} modules behave differently in eval "
+                            f"({', '.join(stochastic[:3])})", "call model.train() before training steps",
+                            rec.index)]
+    return []
+
+
+def not_a_parameter(model: nn.Module) -> list[Finding]:
+    """Tensors that require grad but are plain attributes, and modules kept in plain lists or dicts:
+    ``parameters()`` misses both, so the optimizer never sees them."""
+    out = []
+    for path, module in model.named_modules():
+        for attr, value in vars(module).items():
+            where = f"{path}.{attr}" if path else attr
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter) and value.requires_grad:
+                out.append(Finding("not-a-parameter", where, "a tensor that requires grad but is not an "
+                                   "nn.Parameter", f"{type(module).__name__}.{attr} is a plain tensor attribute "
+                                   f"{tuple(value.shape)}: model.parameters() and the optimizer do not see it",
+                                   f"self.{attr} = nn.Parameter(...)", 1))
+            elif isinstance(value, (list, tuple, dict)) and not attr.startswith("_"):
+                items = value.values() if isinstance(value, dict) else value
+                mods = [m for m in items if isinstance(m, nn.Module)]
+                if mods:
+                    n = sum(p.numel() for m in mods for p in m.parameters())
+                    holder = "nn.ModuleDict" if isinstance(value, dict) else "nn.ModuleList"
+                    out.append(Finding("not-a-parameter", where, f"modules kept in a plain {type(value).__name__}",
+                                       f"{type(module).__name__}.{attr} holds {len(mods)} modules ({n:,} "
+                                       "parameters) that model.parameters() and the optimizer do not see",
+                                       f"self.{attr} = {holder}(...)", 1))
+    return out
+
+
+_INPLACE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\], which is output (\d+) of (\w+), is at version (\d+); "
+                      r"expected version (\d+)")
+
+
+def inplace_finding(err: BaseException, writes: list[InplaceWrite], index: int) -> Finding | None:
+    """Name the in-place op behind PyTorch's "modified by an inplace operation" error, from the writes the
+    capture saw in the forward."""
+    text = str(err)
+    if "modified by an inplace operation" not in text:
+        return None
+    m = _INPLACE.search(text)
+    if m is None:
+        return Finding("inplace", "(unknown op)", "an in-place op overwrote a tensor saved for backward",
+                       text.splitlines()[0], "replace the in-place op (x.add_(...)) by its out-of-place form", index)
+    shape = tuple(int(d) for d in m.group(1).split(",") if d.strip())
+    output, made_by, version = int(m.group(2)), m.group(3), int(m.group(4))
+    # PyTorch names the node by its forward op ("Sigmoid") or its node name ("AddmmBackward0")
+    hits = [w for w in writes if made_by in (w.target_op, re.sub(r"Backward\d*$", "", w.target_op))
+            and w.target_output == output and w.shape == shape]
+    hit = next((w for w in hits if w.version == version), hits[-1] if hits else None)
+    saved = f"output {output} of {made_by} {list(shape)}"
+    if hit is None:
+        return Finding("inplace", made_by, f"an in-place op overwrote {saved}, which backward needs",
+                       f"PyTorch: version {version}, expected {m.group(5)}; gv.capture saw no in-place op on it "
+                       "(it ran outside the captured forward)", "use the out-of-place form of the op", index)
+    where = f" in module {hit.where!r}" if hit.where else ""
+    return Finding("inplace", f"{hit.op}{where}", f"{hit.op} at {hit.line or 'an unknown line'}{where} overwrote "
+                   f"{saved}, which backward needs", f"the tensor made by {made_by} was saved for backward (by "
+                   f"{made_by} itself or an op that consumed it), then {hit.op} moved it to version {version}; "
+                   f"backward expected version {m.group(5)}", f"use the out-of-place form: x = x.{hit.op[:-1]}(...)",
+                   index)
