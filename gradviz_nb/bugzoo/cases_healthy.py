@@ -2,7 +2,8 @@
 
 Each case runs one real training step's forward and backward under ``gv.capture``, checks PyTorch's
 truth that the model is healthy (every trainable parameter has a finite gradient), then asks
-``gv.gradient_flow`` (with the traced graph) and ``gv.GradientMonitor`` (over a few optimizer steps).
+``gv.gradient_flow`` (with the traced graph), ``gv.GradientMonitor`` (over a few optimizer steps) and
+``gv.doctor`` (two real steps of AdamW).
 Expected: no flag at all.
 """
 
@@ -46,6 +47,17 @@ def _monitor_flags(h: Healthy, steps: int = 4) -> list[str]:
     return [f"monitor {f.kind} {f.target or '(model)'}" for _, f in monitor.flags()]
 
 
+def _doctor_findings(h: Healthy) -> list[str]:
+    opt = torch.optim.AdamW([p for p in h.model.parameters() if p.requires_grad], lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad()
+        h.backward(h.loss())
+        opt.step()
+
+    return [f"doctor {f.kind} {f.target}: {f.evidence[:80]}" for f in gv.doctor(step, h.model, opt).findings]
+
+
 def healthy_outcome(make: Callable[[], Healthy]) -> Outcome:
     """Run ``make()``'s step, confirm it is healthy in PyTorch, and collect every flag (all false alarms)."""
     torch.manual_seed(0)
@@ -61,6 +73,7 @@ def healthy_outcome(make: Callable[[], Healthy]) -> Outcome:
     alarms = [f"{f.kind} {f.target or '(model)'}: {f.reason[:90]}" for f in flow.flags]
     h.model.zero_grad(set_to_none=True)
     alarms += _monitor_flags(h)
+    alarms += _doctor_findings(h)
     return Outcome("no flag", "no flag" if not alarms else f"{len(alarms)} flags", True, tuple(alarms))
 
 

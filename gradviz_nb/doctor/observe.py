@@ -4,7 +4,9 @@ The step is the user's own code, so the doctor cannot be told where the loss is.
 ``torch.autograd.backward`` (which ``loss.backward()`` calls) is wrapped while the step runs, so the
 doctor sees each backward's root, traces its graph before the engine frees it, checks whether
 ``.grad`` was cleared since the previous step, and reads the gradients right after backward, before
-the optimizer or a ``zero_grad()`` can change them. Everything is undone when the step returns or raises.
+the optimizer or a ``zero_grad()`` can change them; with the optimizer given, again just before its
+``step()``, when the gradients are final (accumulated, unscaled by a GradScaler, clipped). Everything is
+undone when the step returns or raises.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
         rec.grads_after = _grad_marks(named)
         rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
 
+    def before_optimizer_step(*_: Any) -> None:
+        # The gradients as the optimizer will use them: accumulated, unscaled by a GradScaler, clipped.
+        if rec.backwards:
+            rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
+
+    hook = optimizer.register_step_pre_hook(before_optimizer_step) if optimizer is not None else None
     with capture(model) as cap:
         rec.cap = cap
         with _watch_backward(on_backward):
@@ -93,5 +101,8 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
                 step()
             except Exception as err:  # the doctor reports it; the state is restored by the caller
                 rec.error = err
+            finally:
+                if hook is not None:
+                    hook.remove()
     rec.moved = {n for n, p in named.items() if not torch.equal(p.detach(), before[n])}
     return rec
