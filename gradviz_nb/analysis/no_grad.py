@@ -26,13 +26,17 @@ HEAD = "requires_grad but .grad is None"
 
 
 def _ghost_records(graph: AutogradGraph | None, capture: Capture | None) -> list[dict[str, Any]]:
-    """Detach ghosts as plain records (label, where, line, cut), from the graph or else the capture."""
+    """Detach ghosts as plain records (label, where, line, cut), from the graph or else the capture.
+
+    Only detached values that were used again by an op with a gradient count as cuts: a ``loss.detach()``
+    for logging is upstream of every parameter, yet cuts nothing.
+    """
     if graph is not None and graph.nx.graph.get("ghosts"):
-        return [gh for gh in graph.nx.graph["ghosts"] if gh["kind"] == "detached"]
+        return [gh for gh in graph.nx.graph["ghosts"] if gh["kind"] == "detached" and gh["targets"]]
     if capture is None:
         return []
     return [{"label": gh.label, "where": gh.where, "line": gh.line, "cut": gh.cut}
-            for gh in capture.ghosts if gh.kind == "detached"]
+            for gh in capture.ghosts if gh.kind == "detached" and gh.target_seqs]
 
 
 def _cut_by(names: Sequence[str], ghosts: Iterable[dict[str, Any]]) -> str:

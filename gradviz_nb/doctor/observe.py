@@ -71,6 +71,15 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
     before = {n: p.detach().clone() for n, p in named.items()}
 
     def on_backward(tensors: Any, run: Callable[[], None]) -> None:
+        assert rec.cap is not None
+        with rec.cap.paused():
+            _before_backward(tensors)
+        run()
+        with rec.cap.paused():
+            rec.grads_after = _grad_marks(named)
+            rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
+
+    def _before_backward(tensors: Any) -> None:
         rec.backwards += 1
         first = rec.backwards == 1
         if first:
@@ -84,14 +93,12 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
                 g = named[n].grad
                 if g is not None and ref() is g and g._version == version:
                     rec.stale[n] = version
-        run()
-        rec.grads_after = _grad_marks(named)
-        rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
 
     def before_optimizer_step(*_: Any) -> None:
         # The gradients as the optimizer will use them: accumulated, unscaled by a GradScaler, clipped.
-        if rec.backwards:
-            rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
+        if rec.backwards and rec.cap is not None:
+            with rec.cap.paused():
+                rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
 
     hook = optimizer.register_step_pre_hook(before_optimizer_step) if optimizer is not None else None
     with capture(model) as cap:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -167,6 +169,20 @@ class Capture:
     def ghosts(self) -> list[Ghost]:
         """Detached results and frozen parameters seen in the forward (not in the backward graph)."""
         return list(self._observer.ghosts) if self._observer is not None else []
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop observing tensors for a while: for tools that read tensors during a captured step (their
+        own ``detach()`` calls must not be recorded as the user's)."""
+        observer = self._observer
+        was = observer.paused if observer is not None else False
+        if observer is not None:
+            observer.paused = True
+        try:
+            yield
+        finally:
+            if observer is not None:
+                observer.paused = was
 
     @property
     def inplace(self) -> list[InplaceWrite]:

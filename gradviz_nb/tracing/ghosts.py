@@ -125,11 +125,14 @@ class ForwardObserver(TorchFunctionMode):
         self._param_names = {id(p): name for name, p in params}
         self._frozen_ghost: dict[int, Ghost] = {}
         self.inplace: list[InplaceWrite] = []
+        self.paused = False  # True while a tool inspects tensors mid-forward: its own detaches are not the user's
         # id(tensor) -> (weak ref, ghost it carries): by identity (tensor == is elementwise), and weak so
         # observing never keeps activations alive
         self._carrier: dict[int, tuple[weakref.ref[torch.Tensor], list[Ghost]]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if self.paused:
+            return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
         target = args[0] if args and name.endswith("_") and not name.endswith("__") else None
         made_by = target.grad_fn if isinstance(target, torch.Tensor) and target.grad_fn is not None else None
