@@ -1,14 +1,23 @@
 """``gv.diff(before, after)``: what changed between two traced graphs (adapters added, checkpointing on).
 
 Matching, pure graph data:
+- through whole-model wrappers: segments that wrappers insert (``_orig_mod`` of torch.compile,
+  ``_fsdp_wrapped_module``, ``_checkpoint_wrapped_module``) are dropped anywhere in a path, and a prefix
+  one side's paths all carry (``module.`` of DDP / DataParallel, ``base_model.model.`` of peft's
+  PeftModel, any wrapper's attribute) is found from the module paths and stripped;
 - leaves by parameter name (any of a tied weight's names); a module wrapped by another (LoRA's
-  ``c_attn`` -> ``c_attn.base``) is recognised when a leaf's name differs by one inserted path segment
-  with the same shape, and the wrapped module's ops are then matched under the old path;
+  ``c_attn`` -> ``c_attn.base``, peft's ``c_attn.base_layer``) is recognised when a leaf's name differs by
+  one inserted path segment with the same shape, or when the module tree has a module of the same type
+  and parameters one segment deeper; the wrapped module's ops are then matched under the old path;
 - ops by (module path, op, occurrence index within that module in forward order);
 - roots by position.
 A matched node is *changed* when its shape or dtype differ or its producers (as matched keys) differ.
 Reentrant checkpointing hides a block's ops and parameters behind one ``CheckpointFunctionBackward``
-node: leaves that vanish then are reported as *hidden* (they still get gradients, inside it), not lost.
+node, whose own backward gives them gradients. The trace lists, per such node, the parameters its
+function holds (graph attribute ``checkpoints``): a vanished leaf listed there is *hidden* (it still gets a
+gradient), one listed nowhere is *lost* (``.grad`` stays None: e.g. a reentrant checkpoint whose inputs
+need no grad makes no node at all, and PyTorch warns "None of the inputs have requires_grad=True").
+When a checkpoint's function could not be inspected, vanished leaves are *unsure*, claimed neither way.
 """
 
 from __future__ import annotations
@@ -21,11 +30,44 @@ import networkx as nx
 
 from gradviz_nb.analysis.memory import MemoryReport, format_bytes, memory_held
 from gradviz_nb.analysis.what_if import surviving_nodes
+from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.graph import AutogradGraph
 
 Key = tuple[str, ...]
 OPAQUE_CHECKPOINT = "CheckpointFunctionBackward"
 REMOVED_PREFIX = "was:"
+# Path segments wrappers insert around a module: torch.compile, FSDP (v1), checkpoint_wrapper / offload_wrapper.
+WRAPPER_SEGMENTS = frozenset({"_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
+
+
+@dataclass(frozen=True)
+class _Names:
+    """One side's module paths and leaf names as the shared, unwrapped ones both sides are matched by."""
+
+    prefix: str = ""  # whole segments every path of this side carries (``module``, ``base_model.model``)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def bare(self, path: str) -> str:
+        """Without wrapper segments and this side's prefix (before module renames)."""
+        if not path:
+            return path
+        parts = path.split(".")
+        if any(p in WRAPPER_SEGMENTS for p in parts):
+            path = ".".join(p for p in parts if p not in WRAPPER_SEGMENTS)
+        if self.prefix and (path == self.prefix or path.startswith(self.prefix + ".")):
+            path = path[len(self.prefix) + 1:]
+        return path
+
+    def path(self, path: str) -> str:
+        return _unwrap(self.bare(path), self.renamed)
+
+    def leaf(self, name: str, renames: bool = True) -> str:
+        """A leaf name (``module.0.weight``) as the matched name (``0.weight``)."""
+        module, _, leaf = name.rpartition(".")
+        if not module:
+            return name
+        module = self.path(module) if renames else self.bare(module)
+        return f"{module}.{leaf}" if module else leaf
 
 
 @dataclass(frozen=True)
@@ -41,8 +83,11 @@ class NodeChange:
 @dataclass(frozen=True)
 class GraphDiff:
     """Answer of :func:`diff`. Node lists hold node ids (``added``: ids in ``after``, ``removed``: in
-    ``before``); leaf lists hold leaf names. ``gained`` / ``lost``: leaves that have a gradient path in
-    one graph and not in the other; ``hidden``: leaves gone behind an opaque reentrant checkpoint."""
+    ``before``); leaf lists hold leaf names. ``gained`` / ``lost``: leaves PyTorch gives a gradient in one
+    graph and not in the other (``.grad`` None after backward on the other side); ``hidden``: leaves gone
+    behind an opaque reentrant checkpoint that still computes their gradient; ``unsure``: leaves gone
+    behind a checkpoint whose function could not be inspected. ``prefixes``: the wrapper prefix stripped
+    from (before, after) paths, e.g. ``("", "base_model.model")`` for a peft model."""
 
     added: list[str]
     removed: list[str]
@@ -59,6 +104,11 @@ class GraphDiff:
     before: AutogradGraph = field(repr=False)
     after: AutogradGraph = field(repr=False)
     keys_before: dict[str, Key] = field(repr=False, default_factory=dict)
+    unsure: list[str] = field(default_factory=list)
+    prefixes: tuple[str, str] = ("", "")
+
+    def _names(self, side: int) -> _Names:
+        return _Names(self.prefixes[side], self.renamed_modules)
 
     def memory_moved(self) -> dict[str, tuple[int, int]]:
         """Module path -> (activation bytes before, after) where it changed (``""`` = the whole graph)."""
@@ -66,9 +116,10 @@ class GraphDiff:
         sides = [(self.before, self.memory_before), (self.after, self.memory_after)]
         for side, (graph, mem) in enumerate(sides):
             paths = {c["id"]: c["path"] for c in graph.calls}
+            names = self._names(side)
             for call, b in mem.per_call.items():
                 if call:
-                    by_path.setdefault(_unwrap(paths[call], self.renamed_modules), [0, 0])[side] += b
+                    by_path.setdefault(names.path(paths[call]), [0, 0])[side] += b
         by_path[""] = [self.memory_before.activations, self.memory_after.activations]
         return {p: (b, a) for p, (b, a) in sorted(by_path.items()) if b != a}
 
@@ -88,17 +139,28 @@ class GraphDiff:
         if self.gained:
             lines.append(f"gained a gradient path ({len(self.gained)}): {_short(self.gained)}")
         if self.lost:
-            lines.append(f"LOST their gradient path ({len(self.lost)}): {_short(self.lost)}")
+            lines.append(f"LOST their gradient path ({len(self.lost)}, .grad stays None): {_short(self.lost)}")
         if self.hidden:
             lines.append(
                 f"{len(self.hidden)} leaves are now inside {OPAQUE_CHECKPOINT} (reentrant checkpoint): they still "
                 "get gradients from a backward PyTorch runs inside that node, which the graph cannot show")
+        if self.unsure:
+            lines.append(
+                f"{len(self.unsure)} leaves vanished behind a {OPAQUE_CHECKPOINT} whose function holds no module "
+                f"gradviz can read ({_short(self.unsure, 3)}): whether they get gradients is unknown. Pass the "
+                "module (or its bound method) to checkpoint(), or run loss.backward() and check their .grad")
+        prefix_b, prefix_a = self.prefixes
+        if prefix_b or prefix_a:
+            where = " and ".join(f"{side}'s paths start with '{p}.'" for side, p in
+                                 (("before", prefix_b), ("after", prefix_a)) if p)
+            lines.append(f"matched through a wrapper: {where} (stripped)")
         if ops_added:
             lines.append("ops added: " + ", ".join(f"{op} x{n}" for op, n in ops_added.most_common(6)))
         if ops_removed:
             lines.append("ops removed: " + ", ".join(f"{op} x{n}" for op, n in ops_removed.most_common(6)))
         if self.renamed_modules:
-            after_paths = {c["path"] for c in self.after.calls}
+            bare = self._names(1)
+            after_paths = {bare.bare(c["path"]) for c in self.after.calls}
             if any(wrapper in after_paths for wrapper in self.renamed_modules.values()):
                 lines.append("modules wrapped: " + _short([f"{a} -> {b}" for a, b in self.renamed_modules.items()]))
             else:
@@ -145,16 +207,23 @@ class GraphDiff:
         before = self.before.nx
         after_of = {b: a for b, a in self.same} | {c.before: c.after for c in self.changed}
         removed = set(self.removed)
+        # A call of `before` whose unwrapped path and index a call of `after` has is drawn as that call.
+        names_b, names_a = self._names(0), self._names(1)
+        after_call = {(names_a.path(c["path"]), c["index"]): c["id"] for c in self.after.calls}
+        call_of = {c["id"]: after_call.get((names_b.path(c["path"]), c["index"]), c["id"]) for c in self.before.calls}
+        call_of[""] = ""
         for n in self.removed:
-            g.add_node(REMOVED_PREFIX + n, **before.nodes[n])
+            attrs = dict(before.nodes[n])
+            attrs["call"] = call_of.get(attrs.get("call", ""), attrs.get("call", ""))
+            g.add_node(REMOVED_PREFIX + n, **attrs)
         for u, v, d in before.edges(data=True):
             if u in removed or v in removed:
                 g.add_edge(after_of.get(u, REMOVED_PREFIX + u), after_of.get(v, REMOVED_PREFIX + v), **d)
         calls = [dict(c) for c in self.after.calls]
         known = {c["id"] for c in calls}
         for c in self.before.calls:  # parents come first in both lists
-            if c["id"] not in known:
-                calls.append(dict(c))
+            if call_of[c["id"]] not in known:
+                calls.append(dict(c, parent=call_of.get(c["parent"], c["parent"])))
                 known.add(c["id"])
         _resize(g, calls)
         g.graph = {**self.after.nx.graph, "calls": calls, "ghosts": list(self.after.nx.graph.get("ghosts", []))}
@@ -167,6 +236,8 @@ class GraphDiff:
 def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
     """Compare two traced graphs: added, removed, changed nodes; leaves that gained or lost gradient.
 
+    Models wrapped whole (DDP, torch.compile, FSDP, peft's PeftModel) are matched through the wrapper.
+
     Example::
 
         d = gv.diff(gv.trace(loss_plain, model=m), gv.trace(loss_lora, model=m_lora))
@@ -174,11 +245,17 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
         print(d.summary())
         widget = gv.GraphWidget(d.merged()); widget.diff = d.to_payload()
     """
+    _check_graph(before, "before")
+    _check_graph(after, "after")
+    prefix_a = _prefix(_paths(after, _Names()), _paths(before, _Names()))
+    prefix_b = _prefix(_paths(before, _Names()), _paths(after, _Names(prefix_a)))
+    bare_b, bare_a = _Names(prefix_b), _Names(prefix_a)
     # Wrapping in either direction (plain -> LoRA, or LoRA -> plain): each renamed path exists on one side
     # only, so one mapping unwraps both.
-    renamed = {**_wrapped_modules(before, after), **_wrapped_modules(after, before)}
-    keys_b = _keys(before, renamed)
-    keys_a = _keys(after, renamed)
+    renamed = {**_wrapped_modules(before, after, bare_b, bare_a), **_wrapped_modules(after, before, bare_a, bare_b)}
+    names_b, names_a = _Names(prefix_b, renamed), _Names(prefix_a, renamed)
+    keys_b = _keys(before, names_b)
+    keys_a = _keys(after, names_a)
     node_of_a = {k: n for n, k in keys_a.items()}
     matched = {b: node_of_a[k] for b, k in keys_b.items() if k in node_of_a}
     matched_a = set(matched.values())
@@ -190,10 +267,13 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
             changed.append(NodeChange(b, a, _key_text(keys_b[b]), why))
         else:
             same.append((b, a))
-    reach_b, reach_a = _reached_leaves(before, renamed), _reached_leaves(after, renamed)
-    opaque = any(d["op"] == OPAQUE_CHECKPOINT for _, d in after.nx.nodes(data=True))
-    leaves_b, leaves_a = _leaf_names(before, renamed), _leaf_names(after, renamed)
-    gone = sorted(leaves_b.get(n, n) for n in reach_b if n not in reach_a)
+    leaves_b, leaves_a = _leaf_names(before, names_b), _leaf_names(after, names_a)
+    grads_b, grads_a = _gradients(before, names_b), _gradients(after, names_a)
+    shown_b = {**grads_b.inside, **leaves_b}
+    shown_a = {**grads_a.inside, **leaves_a}
+    had, has = grads_b.reached | set(grads_b.inside), grads_a.reached | set(grads_a.inside)
+    lost, gained = had - has, has - had
+    unsure = (lost if grads_a.unknown else set()) | (gained if grads_b.unknown else set())
     return GraphDiff(
         added=[n for n in after.nx if n not in matched_a],
         removed=[n for n in before.nx if n not in matched],
@@ -201,26 +281,71 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
         same=same,
         added_leaves=sorted(leaves_a[n] for n in leaves_a if n not in leaves_b),
         removed_leaves=sorted(leaves_b[n] for n in leaves_b if n not in leaves_a),
-        gained=sorted(leaves_a.get(n, n) for n in reach_a if n not in reach_b),
-        lost=[] if opaque else gone,
-        hidden=gone if opaque else [],
+        gained=sorted(shown_a[n] for n in gained - unsure),
+        lost=sorted(shown_b[n] for n in lost - unsure),
+        hidden=sorted(shown_b[n] for n in grads_b.reached - grads_a.reached if n in grads_a.inside),
         renamed_modules=renamed,
         memory_before=memory_held(before),
         memory_after=memory_held(after),
         before=before,
         after=after,
         keys_before=keys_b,
+        unsure=sorted({**shown_a, **shown_b}[n] for n in unsure),
+        prefixes=(prefix_b, prefix_a),
     )
 
 
-def _wrapped_modules(before: AutogradGraph, after: AutogradGraph) -> dict[str, str]:
+def _check_graph(g: object, which: str) -> None:
+    if isinstance(g, AutogradGraph):
+        return
+    kind = type(g).__name__
+    if isinstance(getattr(g, "graph", None), AutogradGraph):  # a BackwardRecording, a GraphWidget
+        hint = "pass its .graph (gv.diff(a.graph, b.graph))"
+    elif kind == "GradientFlow":
+        hint = ("a GradientFlow holds gradient statistics, not a graph: compare flows with their .summary(), or "
+                "trace both losses and diff the graphs: gv.diff(gv.trace(loss_a, model=a), gv.trace(loss_b, model=b))")
+    elif kind == "Tensor" or hasattr(g, "grad_fn"):
+        hint = ("trace each loss first, with its model so leaves are named and matched: "
+                "gv.diff(gv.trace(loss_a, model=a), gv.trace(loss_b, model=b))")
+    else:
+        hint = "pass two graphs from gv.trace(loss, model=model)"
+    raise GradvizError(f"gv.diff compares two traced graphs; {which} is a {kind}: {hint}.")
+
+
+def _paths(graph: AutogradGraph, names: _Names) -> set[str]:
+    """Every module path one side knows: its module tree, its calls, its leaves' modules."""
+    paths = set(graph.nx.graph.get("modules", {}))
+    paths.update(c["path"] for c in graph.calls)
+    paths.update(name.rpartition(".")[0] for name in graph.leaves())
+    return {names.bare(p) for p in paths}
+
+
+def _prefix(own: set[str], other: set[str]) -> str:
+    """The whole-segment prefix whose removal from ``own`` matches more of ``other`` than no removal
+    (``module`` for DDP, ``base_model.model`` for peft), or ``""``."""
+    count: Counter[str] = Counter()
+    for p in own:
+        parts = p.split(".") if p else []
+        for k in range(1, len(parts) + 1):
+            if ".".join(parts[k:]) in other:
+                count[".".join(parts[:k])] += 1
+    if not count:
+        return ""
+    best, n = max(count.items(), key=lambda kv: (kv[1], -len(kv[0])))
+    return best if n > len(own & other) else ""
+
+
+def _wrapped_modules(before: AutogradGraph, after: AutogradGraph, bare_b: _Names, bare_a: _Names) -> dict[str, str]:
     """Module paths wrapped by a new module: ``{"blocks.0.attn.c_attn": "blocks.0.attn.c_attn.base"}``.
 
     Seen from leaves only in ``after`` whose name, minus one path segment, is a leaf only in ``before``
-    with the same shape (LoRA, quantisation wrappers, DDP-style ``module.`` prefixes one level deep).
+    with the same shape (LoRA, quantisation wrappers), and from the module trees: a module of ``before``
+    whose type and parameter names reappear one segment deeper in ``after`` while ``after``'s module at
+    the old path is something else (peft's ``c_attn`` -> ``c_attn.base_layer``, even with the base frozen,
+    when its weights are no leaves). Paths are compared without whole-model wrappers (``bare_*``).
     """
-    old = {name: before.nx.nodes[n].get("shape") for name, n in before.leaves().items()}
-    new = {name: after.nx.nodes[n].get("shape") for name, n in after.leaves().items()}
+    old = {bare_b.leaf(name, False): before.nx.nodes[n].get("shape") for name, n in before.leaves().items()}
+    new = {bare_a.leaf(name, False): after.nx.nodes[n].get("shape") for name, n in after.leaves().items()}
     renamed: dict[str, str] = {}
     for name, shape in new.items():
         if name in old:
@@ -231,7 +356,20 @@ def _wrapped_modules(before: AutogradGraph, after: AutogradGraph) -> dict[str, s
             if candidate in old and candidate not in new and old[candidate] == shape:
                 renamed[candidate.rpartition(".")[0]] = name.rpartition(".")[0]
                 break
+    mods_b, mods_a = _module_kinds(before, bare_b), _module_kinds(after, bare_a)
+    for path, kind in mods_a.items():
+        parent = path.rpartition(".")[0]
+        if path in mods_b or not parent or parent in renamed or not kind[1]:
+            continue
+        if mods_b.get(parent) == kind and mods_a.get(parent) != kind:
+            renamed[parent] = path
     return renamed
+
+
+def _module_kinds(graph: AutogradGraph, bare: _Names) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Unwrapped module path -> (type, its own parameters' short names), from the traced module tree."""
+    return {bare.bare(path): (m["type"], tuple(sorted(p.rpartition(".")[2] for p in m["parameters"])))
+            for path, m in graph.nx.graph.get("modules", {}).items()}
 
 
 def _unwrap(path: str, renamed: dict[str, str]) -> str:
@@ -242,21 +380,21 @@ def _unwrap(path: str, renamed: dict[str, str]) -> str:
     return path
 
 
-def _keys(graph: AutogradGraph, renamed: dict[str, str]) -> dict[str, Key]:
+def _keys(graph: AutogradGraph, names: _Names) -> dict[str, Key]:
     """Node id -> match key. Ops: (module path, op, occurrence); leaves: first name; roots: position."""
     g = graph.nx
     keys: dict[str, Key] = {}
     seen: Counter[tuple[str, str]] = Counter()
     ops = sorted((n for n, d in g.nodes(data=True) if d["kind"] == "op"), key=lambda n: (g.nodes[n]["seq"], n))
     for n in ops:
-        module, op = _unwrap(g.nodes[n]["module"], renamed), g.nodes[n]["op"]
+        module, op = names.path(g.nodes[n]["module"]), g.nodes[n]["op"]
         keys[n] = ("op", module, op, str(seen[module, op]))
         seen[module, op] += 1
     unnamed: Counter[tuple[str, str]] = Counter()
     for n, d in g.nodes(data=True):
         if d["kind"] == "leaf":
             if d["names"]:
-                keys[n] = ("leaf", _unwrap_name(sorted(d["names"])[0], renamed))
+                keys[n] = ("leaf", min(names.leaf(name) for name in d["names"]))
             else:  # an unnamed input: by where it is used and its shape
                 where = (str(d.get("shape")), ",".join(sorted(keys.get(s, ("?",))[1] for s in g.successors(n))))
                 keys[n] = ("leaf", f"<unnamed {where[0]} into {where[1]}>", str(unnamed[where]))
@@ -264,12 +402,6 @@ def _keys(graph: AutogradGraph, renamed: dict[str, str]) -> dict[str, Key]:
     for i, r in enumerate(graph.roots):
         keys[r] = ("root", str(i))
     return keys
-
-
-def _unwrap_name(name: str, renamed: dict[str, str]) -> str:
-    """A leaf name of the wrapped model as the name it had before (``c.base.weight`` -> ``c.weight``)."""
-    module, _, leaf = name.rpartition(".")
-    return f"{_unwrap(module, renamed)}.{leaf}" if module else name
 
 
 def _key_text(key: Key) -> str:
@@ -295,15 +427,35 @@ def _why_changed(gb: nx.DiGraph, ga: nx.DiGraph, b: str, a: str, kb: dict[str, K
     return "; ".join(reasons)
 
 
-def _leaf_names(graph: AutogradGraph, renamed: dict[str, str] | None = None) -> dict[str, str]:
-    """Leaf match names -> display names (after unwrapping renamed modules)."""
-    return {_unwrap_name(name, renamed or {}): name for name in graph.leaves()}
+def _leaf_names(graph: AutogradGraph, names: _Names) -> dict[str, str]:
+    """Leaf match names -> display names (after unwrapping wrappers and renamed modules)."""
+    return {names.leaf(name): name for name in graph.leaves()}
 
 
-def _reached_leaves(graph: AutogradGraph, renamed: dict[str, str]) -> set[str]:
-    """Match names of leaves a gradient reaches (in the graph and connected to a root)."""
+@dataclass
+class _Gradients:
+    """Which leaves one graph's backward gives a gradient, by match name."""
+
+    reached: set[str]  # leaves in the graph a gradient reaches (connected to a root)
+    inside: dict[str, str]  # match name -> display name: parameters inside a reentrant checkpoint it runs
+    unknown: bool  # a reentrant checkpoint it runs could not be inspected
+
+
+def _gradients(graph: AutogradGraph, names: _Names) -> _Gradients:
     alive = surviving_nodes(graph.nx, set(), set())
-    return {_unwrap_name(name, renamed) for name, n in graph.leaves().items() if n in alive}
+    reached = {names.leaf(name) for name, n in graph.leaves().items() if n in alive}
+    listed = graph.nx.graph.get("checkpoints") or {}
+    inside: dict[str, str] = {}
+    unknown = False
+    for n, op in graph.nx.nodes(data="op"):
+        if op != OPAQUE_CHECKPOINT or n not in alive:
+            continue
+        params = listed.get(n)
+        if params is None:  # traced before checkpoints were listed, or a function holding no module
+            unknown = True
+            continue
+        inside.update((names.leaf(p), p) for p in params)
+    return _Gradients(reached, inside, unknown)
 
 
 def _resize(g: nx.DiGraph, calls: list[dict[str, Any]]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -9,8 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
+from gradviz_nb.errors import GradvizError
+
 if TYPE_CHECKING:
     from gradviz_nb.analysis.what_if import WhatIf
+
+
+class NotFoundError(GradvizError, KeyError):
+    """No node or leaf by that name. A :class:`GradvizError` that is also a ``KeyError`` (what ``find``
+    raised before), with the plain message (a ``KeyError`` would print it quoted)."""
+
+    __str__ = GradvizError.__str__
 
 
 class AutogradGraph:
@@ -24,7 +34,9 @@ class AutogradGraph:
     ``shape``, and ``slots``: every ``[output_nr, input_nr]`` pair the edge carries (``x * x`` or two
     chunks of one node feeding one consumer give one edge with two slots). Graph attributes:
     ``modules`` (path -> type and parameter names), ``calls`` (module calls, parents first),
-    ``roots``, ``torch_version``, ``captured``, ``notes``.
+    ``roots``, ``torch_version``, ``captured``, ``notes``, ``checkpoints`` (reentrant checkpoint node id ->
+    names of the parameters its own inner backward reaches, which are not leaves of this graph; ``None``
+    when its function could not be inspected).
 
     Example::
 
@@ -59,14 +71,24 @@ class AutogradGraph:
         return {name: n for n in self.nodes_of("leaf") for name in self.nx.nodes[n]["names"]}
 
     def find(self, name: str) -> str:
-        """Node id of a leaf name or a node id; raises ``KeyError`` with close matches otherwise."""
-        if name in self.nx:
+        """Node id of a leaf name or a node id; raises :class:`NotFoundError` (a ``gv.GradvizError`` and a
+        ``KeyError``) naming close matches otherwise (``"0.wieght"`` -> did you mean ``'0.weight'``)."""
+        if isinstance(name, str) and name in self.nx:
             return name
         leaves = self.leaves()
         if name in leaves:
             return leaves[name]
-        close = [n for n in leaves if name in n][:5]
-        raise KeyError(f"no node or leaf named {name!r}" + (f"; did you mean {close}?" if close else ""))
+        if not isinstance(name, str):
+            raise NotFoundError(f"find() takes a leaf name or node id (a str), got {type(name).__name__}.")
+        close = difflib.get_close_matches(name, list(leaves), n=5, cutoff=0.6)
+        close += [n for n in leaves if name in n and n not in close][: 5 - len(close)]
+        if close:
+            hint = f"did you mean {', '.join(repr(c) for c in close)}?"
+        elif leaves:
+            hint = f"leaves are named like {', '.join(repr(n) for n in list(leaves)[:3])}; g.leaves() lists all."
+        else:
+            hint = "this graph has no named leaves: pass model= (or names={...}) to gv.trace."
+        raise NotFoundError(f"no node or leaf named {name!r}: {hint}")
 
     def what_if(self, detach: Iterable[object] = (), freeze: Iterable[str] = ()) -> WhatIf:
         """Which leaves would lose their gradient if ``detach`` were detached and ``freeze`` frozen.

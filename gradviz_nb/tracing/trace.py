@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -19,6 +20,7 @@ NO_CAPTURE_NOTE = (
     "No module boxes: this graph was traced without module capture. Run the forward inside "
     "`with gv.capture(model) as cap:` and pass `capture=cap`, or call `gv.watch(model)` before the forward."
 )
+OPAQUE_CHECKPOINT = "CheckpointFunctionBackward"
 COMPILED_NOTE = (
     "This graph comes from torch.compile: each compiled region is one opaque node "
     "(CompiledFunctionBackward). Trace the eager (uncompiled) model to see its operations."
@@ -73,6 +75,8 @@ def _trace(
     raw, keys = walk([e.node for e in edges])
     root_edges = [(keys[e.node], int(e.output_nr)) for e in edges]
     nodes = {fn: f"n{key}" for fn, key in keys.items()} if want_nodes else {}
+    opaque = {r.key for r in raw if r.op == OPAQUE_CHECKPOINT}
+    checkpoints = _checkpoint_contents({f"n{k}": fn for fn, k in keys.items() if k in opaque}, model, names)
     del edges, keys
     leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
     values = {f"n{r.key}": _small(r.leaf) for r in raw if r.leaf is not None}
@@ -94,6 +98,7 @@ def _trace(
     graph.graph["modules"] = _module_tree(model)
     graph.graph["torch_version"] = torch.__version__
     graph.graph["captured"] = bool(graph.graph["calls"])
+    graph.graph["checkpoints"] = checkpoints
     # A capture without a model (a teaching example) asked for values, not boxes: no note then.
     modelless = capture is not None and capture.model is None
     notes = [] if graph.graph["captured"] or modelless else [_no_boxes_note(captures)]
@@ -109,6 +114,7 @@ def _small(t: torch.Tensor) -> list[float] | None:
 
 
 def _check_roots(roots: Any, model: nn.Module | None) -> list[torch.Tensor]:
+    _check_model(model)
     tensors = [roots] if isinstance(roots, torch.Tensor) else roots
     if not isinstance(tensors, (list, tuple)):
         raise GradvizError(
@@ -122,6 +128,74 @@ def _check_roots(roots: Any, model: nn.Module | None) -> list[torch.Tensor]:
         if t.grad_fn is None and not t.requires_grad:
             raise GradvizError(_why_no_graph(t, model, i if len(tensors) > 1 else None))
     return list(tensors)
+
+
+def _check_model(model: object) -> None:
+    if model is None or isinstance(model, nn.Module):
+        return
+    if isinstance(model, torch.optim.Optimizer):
+        raise GradvizError(
+            f"model= got an optimizer ({type(model).__name__}), not the model: pass the nn.Module it trains "
+            "(gv.trace(loss, model=model)). To name other tensors, pass names={'w': w}."
+        )
+    raise GradvizError(
+        f"model= must be the nn.Module whose parameters name the leaves, got {type(model).__name__}. "
+        "To name plain tensors, pass names={'w': w} instead."
+    )
+
+
+def _checkpoint_contents(
+    fns: dict[str, Any], model: nn.Module | None, names: Mapping[str, torch.Tensor] | None
+) -> dict[str, list[str] | None]:
+    """Reentrant checkpoint node id -> names of the parameters its hidden backward reaches.
+
+    A ``CheckpointFunctionBackward`` re-runs its function during backward and differentiates that
+    inner graph itself: the parameters it uses are not in this graph. They are found from the
+    function the checkpoint kept (``ctx.run_function``: a module, a bound method or ``partial`` of
+    one, or a closure over modules) plus modules passed as arguments. ``None`` when the function
+    holds no module (a plain function using globals): then nobody can tell without running backward.
+    A checkpoint whose inputs need no grad makes no node at all (PyTorch warns "None of the inputs
+    have requires_grad=True"), so its parameters are in no list: they get no gradient.
+    """
+    if not fns:
+        return {}
+    by_tensor: dict[int, list[str]] = {}
+    if model is not None:
+        for name, p in model.named_parameters(remove_duplicate=False):
+            by_tensor.setdefault(id(p), []).append(name)
+    for name, t in (names or {}).items():
+        by_tensor.setdefault(id(t), []).append(name)
+    out: dict[str, list[str] | None] = {}
+    for node_id, fn in fns.items():
+        modules = list(_modules_in(getattr(fn, "run_function", None)))
+        modules += [m for m in getattr(fn, "inputs", ()) or () if isinstance(m, nn.Module)]
+        if not modules:
+            out[node_id] = None
+            continue
+        params = {id(p): p for m in modules for p in m.parameters() if p.requires_grad}
+        out[node_id] = sorted({n for i in params for n in by_tensor.get(i, [])})
+    return out
+
+
+def _modules_in(fn: Any, depth: int = 0) -> Iterator[nn.Module]:
+    if depth > 3 or fn is None:
+        return
+    if isinstance(fn, nn.Module):
+        yield fn
+    elif isinstance(fn, functools.partial):
+        yield from _modules_in(fn.func, depth + 1)
+        for a in (*fn.args, *fn.keywords.values()):
+            yield from _modules_in(a, depth + 1)
+    elif isinstance(getattr(fn, "__self__", None), nn.Module):  # block.forward, block.__call__
+        yield fn.__self__
+    else:
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(content):
+                yield from _modules_in(content, depth + 1)
 
 
 def _why_no_graph(t: torch.Tensor, model: nn.Module | None, index: int | None) -> str:
