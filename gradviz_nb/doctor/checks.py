@@ -33,6 +33,13 @@ def _leaf_node(rec: StepRecord, names: Iterable[str]) -> str:
     return next((leaves[n] for n in names if n in leaves), "")
 
 
+def _cut_node(rec: StepRecord, names: Iterable[str]) -> str:
+    """The op where a recorded detach()/.data of these parameters entered the graph (the cut's place)."""
+    ghosts = rec.graph.nx.graph.get("ghosts", []) if rec.graph is not None else []
+    hit = next((gh for gh in ghosts if gh["targets"] and set(names) & set(gh.get("cut", ()))), None)
+    return str(hit["targets"][0]) if hit is not None else ""
+
+
 def _call_node(rec: StepRecord, path: str) -> str:
     if rec.graph is None:
         return ""
@@ -69,7 +76,8 @@ def findings_from_flow(rec: StepRecord) -> list[Finding]:
         else:
             finding = Finding(f.kind, f.target, f.reason.split(": ", 1)[0], f.reason,
                               _FLOW_FIX.get(f.kind, ""), rec.index)
-        node = _leaf_node(rec, f.params or (f.target,)) or _call_node(rec, f.target)
+        names = f.params or (f.target,)
+        node = _leaf_node(rec, names) or _cut_node(rec, names) or _call_node(rec, f.target)
         out.append(Finding(finding.kind, finding.target, finding.message, finding.evidence, finding.fix,
                            finding.step, node))
     return out

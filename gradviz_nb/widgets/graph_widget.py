@@ -15,6 +15,7 @@ from torch import nn
 from gradviz_nb.analysis.backward import BackwardRecording
 from gradviz_nb.analysis.rerun import Rerunnable
 from gradviz_nb.analysis.what_if import WhatIf
+from gradviz_nb.doctor.findings import Diagnosis
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture, trace
 from gradviz_nb.widgets.lazy import LAZY_NODES, LazyGraph
@@ -37,7 +38,8 @@ class GraphWidget(anywidget.AnyWidget):
         gv.GraphWidget(loss, model=model, capture=cap)
 
     ``roots`` may also be an already traced :class:`AutogradGraph`, or a recording from
-    :func:`gv.record_backward` (the widget then offers a stepper through the real backward pass).
+    :func:`gv.record_backward` (the widget then offers a stepper through the real backward pass), or a
+    :func:`gv.doctor` diagnosis (its findings listed above the graph and marked on their nodes).
 
     Big graphs are sent lazily (``gradviz_nb.widgets.lazy``): the page gets the module tree and the
     compact wiring of every node first, and each box's node records when it is opened. That happens
@@ -87,6 +89,10 @@ class GraphWidget(anywidget.AnyWidget):
     """dict: result of the last verified re-run (``{}`` for none): toggles, predicted_lost,
     actual_lost, agree, unverifiable, error."""
 
+    findings = traitlets.List(traitlets.Dict()).tag(sync=True)
+    """list[dict]: :func:`gv.doctor`'s findings listed above the graph (``js/src/payload.ts``
+    ``DoctorFinding``; ``[]`` for none). Set by ``GraphWidget(diagnosis)``; a click on one reveals its node."""
+
     unfolded = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """list[str]: ids of the fold groups (``graph_data["folds"]``, e.g. ``"fold:blocks.0"``) the user
     unfolded. The page draws a group as one stacked box ("6 × Block") when its id is not in
@@ -94,7 +100,7 @@ class GraphWidget(anywidget.AnyWidget):
 
     def __init__(
         self,
-        roots: torch.Tensor | Sequence[torch.Tensor] | AutogradGraph | BackwardRecording,
+        roots: torch.Tensor | Sequence[torch.Tensor] | AutogradGraph | BackwardRecording | Diagnosis,
         model: nn.Module | None = None,
         capture: Capture | None = None,
         names: Mapping[str, torch.Tensor] | None = None,
@@ -107,6 +113,12 @@ class GraphWidget(anywidget.AnyWidget):
                 "the widget's front-end bundle is missing (gradviz_nb/static/widget.js): "
                 "run `npm --prefix js ci && npm --prefix js run build` in the repository."
             )
+        if isinstance(roots, Diagnosis):
+            if roots.graph is None:
+                raise GradvizError("this diagnosis has no graph to draw: the step ran no backward.")
+            kwargs.setdefault("findings", roots.to_page())
+            kwargs.setdefault("overlay", roots.to_overlay())
+            roots = roots.graph
         if isinstance(roots, BackwardRecording):
             kwargs.setdefault("recording", roots.to_payload())
             roots = roots.graph

@@ -1,6 +1,6 @@
 // anywidget entry: builds the DOM and panels, hands them to the controllers in `widget/` through one
 // shared context, and wires the synced traits (graph_data, expanded, unfolded, selected, height,
-// toggles, verified, can_verify, overlay, recording, step, diff) to them; in lazy mode it asks Python
+// toggles, verified, can_verify, overlay, recording, step, diff, findings) to them; in lazy mode it asks Python
 // for the contents of module calls before it draws them open.
 // Traits hold all state, so a saved notebook or exported page rebuilds the same view with no kernel.
 import type { AnyWidget, RenderProps } from "@anywidget/types";
@@ -11,6 +11,7 @@ import { GraphView } from "./view/graphview";
 import { readTheme } from "./view/theme";
 import { createDetails } from "./panels/details";
 import { createDiffPanel } from "./panels/diff";
+import { createFindingsPanel } from "./panels/findings";
 import { h } from "./panels/dom";
 import { createLegend, createTooltip } from "./panels/legend";
 import { createSearch } from "./panels/search";
@@ -81,6 +82,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     [searchBox.input],
   );
   const diffPanel = createDiffPanel();
+  const findingsPanel = createFindingsPanel((node) => void reveal(ctx, node));
   const whatIfPanel = createWhatIfPanel({
     reset: () => userToggle(ctx, { detach: [], freeze: [] }),
     verify: () => model.send({ kind: "verify" }),
@@ -100,7 +102,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   });
   const tooltip = createTooltip();
   body.append(details.element, stepper.details, legend.element, tooltip.element, searchBox.results);
-  root.append(toolbar.element, diffPanel.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, body);
+  root.append(toolbar.element, diffPanel.element, findingsPanel.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, body);
   root.tabIndex = 0;
   // JupyterLab must not take the keys we handle while the widget has focus.
   root.setAttribute("data-lm-suppress-shortcuts", "true");
@@ -113,6 +115,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     toolbar,
     searchBox,
     diffPanel,
+    findingsPanel,
     whatIfPanel,
     details,
     stepper,

@@ -292,3 +292,14 @@ export interface GraphDiff {
   /** Plain-text summary, several lines. */
   summary: string;
 }
+
+/** One finding of gv.doctor (synced trait `findings`); `node` is where it sits on the graph ("" for none). */
+export interface DoctorFinding {
+  kind: string;
+  target: string;
+  message: string;
+  evidence: string;
+  fix: string;
+  step: number;
+  node: string;
+}

@@ -1,7 +1,7 @@
 // The state one rendered widget shares between its controllers (disclosure, drawing, selection,
 // paint, what-if, stepper): plain fields, read and written by plain functions that take the context.
 import type { RenderProps } from "@anywidget/types";
-import type { GraphDiff, GraphPayload, Overlay, Recording, Toggles, Verification } from "../payload";
+import type { DoctorFinding, GraphDiff, GraphPayload, Overlay, Recording, Toggles, Verification } from "../payload";
 import type { DiffDecorations } from "../state/diff";
 import { indexFolds, NO_FOLDS, type FoldedCalls, type FoldIndex } from "../state/fold";
 import { applyChunks, type LazyState } from "../state/lazy";
@@ -13,6 +13,7 @@ import { EMPTY_TOGGLES, type WhatIfState } from "../state/whatif";
 import type { Decorations } from "../state/whatifview";
 import type { DetailsPanel } from "../panels/details";
 import type { DiffPanel } from "../panels/diff";
+import type { FindingsPanel } from "../panels/findings";
 import type { Legend, Tooltip } from "../panels/legend";
 import type { SearchBox } from "../panels/search";
 import type { StepperPanel } from "../panels/stepper";
@@ -41,6 +42,8 @@ export interface Traits {
   step: number;
   /** Diff view: status per node of the merged before/after graph ({} when none). */
   diff: Partial<GraphDiff>;
+  /** gv.doctor's findings listed beside the graph ([] when none). */
+  findings: DoctorFinding[];
 }
 
 export type Model = RenderProps<Traits>["model"];
@@ -70,6 +73,7 @@ export interface Parts {
   toolbar: Toolbar;
   searchBox: SearchBox;
   diffPanel: DiffPanel;
+  findingsPanel: FindingsPanel;
   whatIfPanel: WhatIfPanel;
   details: DetailsPanel;
   stepper: StepperPanel;

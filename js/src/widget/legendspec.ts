@@ -29,12 +29,14 @@ export function legendSpec(ctx: WidgetContext, stepColours: boolean): LegendSpec
   const items: [LegendSwatch, string][] = [];
   const present = new Set(Object.values(overlay.marks));
   for (const m of ["no-grad", "nan", "flag"] as const) if (present.has(m)) items.push([m, MARK_TEXT[m]]);
+  // Marks only (the doctor's findings): no values, so no scale to explain.
+  const valued = Object.keys(overlay.values).length > 0;
   return {
     title: overlay.title || "value",
-    scaleText: overlay.encoding === "size" ? `node size grows with the value (${overlay.scale} scale)` : `${overlay.scale} scale`,
-    min: r ? withUnit(r.min, overlay.unit) : "—",
-    max: r ? withUnit(r.max, overlay.unit) : "—",
-    ramp: overlay.encoding !== "size",
+    scaleText: !valued ? "" : overlay.encoding === "size" ? `node size grows with the value (${overlay.scale} scale)` : `${overlay.scale} scale`,
+    min: !valued ? "" : r ? withUnit(r.min, overlay.unit) : "—",
+    max: !valued ? "" : r ? withUnit(r.max, overlay.unit) : "—",
+    ramp: valued && overlay.encoding !== "size",
     items,
   };
 }

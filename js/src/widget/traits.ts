@@ -31,6 +31,7 @@ export function loadPayload(ctx: WidgetContext): void {
   ctx.overlay = normalizeOverlay(model.get("overlay"));
   ctx.diff = normalizeDiff(model.get("diff"));
   showDiff(ctx);
+  ctx.findingsPanel.show(model.get("findings") || []);
   loadRecording(ctx);
   // Nothing is open until the first view is loaded and checked against the cap.
   ctx.expanded = new Set();
@@ -61,6 +62,7 @@ export function connectTraits(ctx: WidgetContext, setHeight: () => void): () => 
     ["change:recording", () => onRecording(ctx)],
     ["change:step", () => takeStep(ctx)],
     ["change:diff", () => onDiff(ctx)],
+    ["change:findings", () => ctx.findingsPanel.show(model.get("findings") || [])],
   ];
   const onCustom = (msg: unknown): void => ctx.loader.receive(msg);
   for (const [event, f] of handlers) model.on(event, f);
