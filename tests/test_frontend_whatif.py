@@ -205,6 +205,7 @@ def test_verified_banner_and_verify_button(browser: Any, tmp_path: Path) -> None
     p.js("(v) => gv.model.set('verified', v)", good)
     text = banner.inner_text()
     assert "Verified by re-running PyTorch: 2 leaves lose gradient, as predicted" in text
+    assert "not the gradients' values" in text  # verify never claims to have checked values
     assert "Stale" not in text
     # Changing the toggles makes the verification stale.
     p.js("() => gv.model.set('toggles', {detach: [], freeze: []})")

@@ -80,6 +80,8 @@ export function createWhatIfPanel(actions: WhatIfActions): WhatIfPanel {
         ].filter(Boolean).join("; ") + ".");
       }
       if (v.unverifiable && v.unverifiable.length) lines.push(`Could not apply in the re-run: ${v.unverifiable.join(", ")}.`);
+      // Verify re-runs backward and compares `.grad is None`: a wrong backward rule still "agrees".
+      if (!v.error) lines.push("Checked: which leaves get a gradient, not the gradients' values (gv.gradcheck checks those).");
       if (stale) {
         banner.classList.add("gradviz-verified-stale");
         lines.push("Stale: the toggles changed since this re-run.");
