@@ -230,6 +230,26 @@ def unused_parameter() -> Outcome:
     return flag_outcome(truth, _findings(dx))
 
 
+def spike() -> Outcome:
+    """The second batch holds an outlier 1000x the others. Truth: the gradient norm of the first layer
+    really jumps more than 10x between the two steps."""
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    batches = iter([(_X, _Y), (_X * 1000, _Y)])
+    norms: list[float] = []
+
+    def step() -> None:
+        x, y = next(batches)
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        norms.append(model[0].weight.grad.norm().item())
+        opt.step()
+
+    dx = gv.doctor(step, model, opt, steps=2)
+    truth = {("spike", layer) for layer in ("0", "2")} if norms[1] > 10 * norms[0] else set()
+    return flag_outcome(truth, _findings(dx))
+
+
 def healthy_loop() -> Outcome:
     """A correct loop (AdamW, zero_grad, train mode, dropout): ok, no finding."""
     torch.manual_seed(0)
@@ -254,5 +274,6 @@ CASES: list[Case] = [
     Case("doctor-inplace", "inplace", inplace),
     Case("doctor-eval-mode", "mode", eval_mode),
     Case("doctor-unused-parameter", "unused-parameter", unused_parameter),
+    Case("doctor-spike", "spike", spike),
     Case("doctor-healthy-loop", "healthy", healthy_loop),
 ]

@@ -21,6 +21,7 @@ from gradviz_nb.doctor.checks import (
     mode_findings,
     not_a_parameter,
     optimizer_findings,
+    spike_findings,
     stale_findings,
 )
 from gradviz_nb.doctor.findings import KINDS, Diagnosis, Finding
@@ -98,6 +99,7 @@ def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.opti
     found += optimizer_findings(records, model, optimizer)
     missing = {f.target for f in found if f.kind == "not-in-optimizer"}
     found += stale_findings(records, model, optimizer, missing)
+    found += spike_findings(records)
     found += mode_findings(records, model)
     found += not_a_parameter(model)
     unique = {(f.kind, f.target): f for f in found}

@@ -5,7 +5,9 @@ Every check reads :class:`StepRecord` data (what the step really did) and the mo
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from collections.abc import Iterable
 
 import torch
@@ -18,7 +20,7 @@ from gradviz_nb.doctor.observe import StepRecord
 from gradviz_nb.tracing.ghosts import InplaceWrite
 
 __all__ = ["findings_from_flow", "inplace_finding", "mode_findings", "not_a_parameter", "optimizer_findings",
-           "stale_findings"]
+           "spike_findings", "stale_findings"]
 
 _FLOW_FIX = {
     "vanishing": "shorten the gradient path: residual connections, normalisation, or a non-saturating activation",
@@ -176,6 +178,34 @@ def _common_module(names: list[str]) -> str:
             break
         common.append(level[0])
     return ".".join(common) or "(model)"
+
+
+SPIKE = 10.0  # a layer's gradient norm this many times its median over the earlier steps
+
+
+def spike_findings(records: list[StepRecord]) -> list[Finding]:
+    """A layer whose gradient norm jumps more than :data:`SPIKE` x its median over the earlier steps."""
+    history: dict[str, list[float]] = {}
+    out: list[Finding] = []
+    seen: set[str] = set()
+    for rec in records:
+        if rec.flow is None:
+            continue
+        for m in rec.flow.layers:
+            if not m.n_with_grad or not math.isfinite(m.norm):
+                continue
+            earlier = history.setdefault(m.path, [])
+            if earlier and m.path not in seen:
+                median = statistics.median(earlier)
+                if median > 0 and m.norm > SPIKE * median:
+                    seen.add(m.path)
+                    out.append(Finding("spike", m.path or "(model)", f"gradient norm jumped {m.norm / median:.3g}x "
+                                       f"at step {rec.index}", f"norm {m.norm:.3g} at step {rec.index} against a "
+                                       f"median of {median:.3g} over steps 1-{rec.index - 1}",
+                                       "look at that step's batch (outliers, bad labels); clip gradients "
+                                       "(torch.nn.utils.clip_grad_norm_)", rec.index, _call_node(rec, m.path)))
+            earlier.append(m.norm)
+    return out
 
 
 def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
