@@ -169,3 +169,87 @@ def test_widget_carries_the_recording() -> None:
     widget = gv.GraphWidget(rec)
     assert widget.recording["steps"][0]["op"] == "SumBackward0" and widget.step == -1
     assert widget.graph is rec.graph
+
+
+def _checkpointed_gpt2(grad_input: bool) -> tuple[torch.nn.Module, torch.Tensor]:
+    """GPT-2 small_test with reentrant checkpoints; without ``grad_input`` the embeddings are frozen, so the
+    checkpointed blocks' inputs need no grad (PyTorch warns; their weights get no gradient)."""
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config.small_test("reentrant"))
+    if not grad_input:
+        model.wte.weight.requires_grad_(False)
+        model.wpe.weight.requires_grad_(False)
+    if grad_input:
+        return model, gpt2_loss(model)
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+        return model, gpt2_loss(model)
+
+
+def test_leaf_grad_inside_a_reentrant_checkpoint_is_what_backward_puts_in_grad() -> None:
+    model, loss = _checkpointed_gpt2(grad_input=True)
+    name = "blocks.0.attn.c_attn.weight"
+    assert name not in gv.trace(loss, model=model).leaves()  # hidden inside CheckpointFunctionBackward
+    rec = gv.record_backward(loss, model=model)
+    assert all(p.grad is None for p in model.parameters())  # the user's .grad left as it was
+    loss.backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None
+        torch.testing.assert_close(rec.leaf_grad(n), p.grad, rtol=1e-5, atol=1e-7)
+    assert not torch.equal(rec.leaf_grad(name), torch.zeros_like(rec.leaf_grad(name)))
+
+
+def test_leaf_grad_of_a_checkpoint_without_grad_input_says_none_arrived() -> None:
+    model, loss = _checkpointed_gpt2(grad_input=False)
+    rec = gv.record_backward(loss, model=model)
+    loss.backward()
+    assert model.get_parameter("blocks.0.attn.c_attn.weight").grad is None  # PyTorch's truth
+    with pytest.raises(gv.GradvizError, match=r"received no gradient.*grad stays None"):
+        rec.leaf_grad("blocks.0.attn.c_attn.weight")
+    torch.testing.assert_close(rec.leaf_grad("ln_f.weight"), model.ln_f.weight.grad)
+
+
+def test_leaf_grad_without_the_model_says_to_pass_it() -> None:
+    model, loss = _checkpointed_gpt2(grad_input=True)
+    rec = gv.record_backward(loss, names={"wte.weight": model.wte.weight})
+    with pytest.raises(gv.GradvizError, match=r"reentrant checkpoint.*pass model="):
+        rec.leaf_grad("blocks.0.attn.c_attn.weight")
+
+
+def test_record_after_backward_freed_the_graph_is_a_clear_error() -> None:
+    model = MLP()
+    loss = model(torch.randn(5, 4)).pow(2).sum()
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}  # type: ignore[union-attr]
+    with pytest.raises(gv.GradvizError, match=r"already freed by an earlier backward\(\).*Run the forward again"):
+        gv.record_backward(loss, model=model)
+    assert all(torch.equal(p.grad, grads[n]) for n, p in model.named_parameters())  # type: ignore[arg-type]
+
+
+def test_non_scalar_loss_says_sum_or_grad_and_grad_works() -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    out = model(torch.randn(5, 4))
+    with pytest.raises(gv.GradvizError, match=r"scalar loss.*shape \[5, 3\].*loss.sum\(\).*grad="):
+        gv.record_backward(out, model=model)
+    weights = torch.randn(5, 3)
+    rec = gv.record_backward(out, model=model, grad=weights)
+    (expected,) = torch.autograd.grad(out, [model.fc1.weight], weights, retain_graph=True)
+    torch.testing.assert_close(rec.leaf_grad("fc1.weight"), expected)
+    with pytest.raises(gv.GradvizError, match="shape"):
+        gv.record_backward(out, model=model, grad=torch.ones(3))
+
+
+def test_inplace_error_names_the_op_and_the_fix() -> None:
+    torch.manual_seed(0)
+    model = MLP()
+    with gv.capture(model) as cap:
+        h = torch.sigmoid(model.fc1(torch.randn(3, 4)))
+        h.mul_(2)  # sigmoid saved its output for backward: this breaks it
+        loss = model.fc2(h).sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward(retain_graph=True)  # PyTorch's own verdict on this graph
+    with pytest.raises(gv.GradvizError) as err:
+        gv.record_backward(loss, model=model, capture=cap)
+    text = str(err.value)
+    assert "in SigmoidBackward0" in text and "mul_() at " in text and "test_backward.py" in text
+    assert "out-of-place form" in text and "output 0 of Sigmoid" in text

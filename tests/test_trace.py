@@ -218,3 +218,84 @@ def test_fill_digraph_equals_networkx_public_methods() -> None:
         assert list(got.nodes) == list(expected.nodes) and list(got.edges) == list(expected.edges)
     with pytest.raises(ValueError):
         fill_digraph(expected, [], [])
+
+
+def test_optimizer_passed_as_model_is_a_clear_error() -> None:
+    model = MLP()
+    loss = model(torch.randn(2, 4)).sum()
+    with pytest.raises(gv.GradvizError, match=r"optimizer \(Adam\).*pass the nn.Module"):
+        gv.trace(loss, model=torch.optim.Adam(model.parameters()))  # type: ignore[arg-type]
+    with pytest.raises(gv.GradvizError, match=r"must be the nn\.Module"):
+        gv.trace(loss, model={"fc1.weight": model.fc1.weight})  # type: ignore[arg-type]
+
+
+def test_find_suggests_close_names() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    g = gv.trace(model(torch.randn(2, 4)).sum(), model=model)
+    with pytest.raises(gv.GradvizError, match=r"did you mean '0.weight'") as err:
+        g.find("0.wieght")
+    assert isinstance(err.value, KeyError)  # still what find raised before
+    assert str(err.value).startswith("no node or leaf named '0.wieght'")
+    with pytest.raises(gv.GradvizError, match=r"g\.leaves"):
+        g.find("nothing_like_it")
+    assert g.find("2.weight") == g.leaves()["2.weight"]
+
+
+class _TwoCheckpoints(torch.nn.Module):
+    """``a`` checkpointed on the raw input (needs no grad), ``b`` on an embedding's output (needs grad)."""
+
+    def __init__(self, wrap: str = "module") -> None:
+        super().__init__()
+        self.a, self.emb, self.b, self.head = (torch.nn.Linear(4, 4) for _ in range(4))
+        self.wrap = wrap
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from functools import partial
+
+        from torch.utils.checkpoint import checkpoint
+
+        fa: Any
+        fb: Any
+        if self.wrap == "module":
+            fa, fb = self.a, self.b
+        elif self.wrap == "bound":
+            fa, fb = self.a.forward, self.b.__call__
+        elif self.wrap == "partial":
+            fa, fb = partial(self.a.__call__), partial(torch.nn.Module.__call__, self.b)
+        else:  # closures
+            a, b = self.a, self.b
+            fa, fb = (lambda t: a(t).relu()), (lambda t: b(t).relu())
+        ha = checkpoint(fa, x, use_reentrant=True)
+        hb = checkpoint(fb, self.emb(x), use_reentrant=True)
+        return self.head(ha + hb).sum()
+
+
+@pytest.mark.parametrize("wrap", ["module", "bound", "partial", "closure"])
+def test_reentrant_checkpoints_list_exactly_the_parameters_pytorch_gives_gradients(wrap: str) -> None:
+    torch.manual_seed(0)
+    model = _TwoCheckpoints(wrap)
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+        loss = model(torch.randn(3, 4))
+    g = gv.trace(loss, model=model)
+    loss.backward()
+    with_grad = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert with_grad == {"emb.weight", "emb.bias", "b.weight", "b.bias", "head.weight", "head.bias"}
+    (ckpt,) = [n for n, op in g.nx.nodes(data="op") if op == "CheckpointFunctionBackward"]  # none for `a`
+    assert g.nx.graph["checkpoints"] == {ckpt: ["b.bias", "b.weight"]}
+    assert set(g.leaves()) | {"b.bias", "b.weight"} == with_grad
+
+
+def test_checkpoint_of_a_plain_function_is_listed_as_unknown() -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    loss = checkpoint(_global_block, _EMB(torch.randn(3, 4)), use_reentrant=True).sum()
+    g = gv.trace(loss, names={"emb": _EMB.weight})
+    assert list(g.nx.graph["checkpoints"].values()) == [None]
+
+
+_EMB = torch.nn.Linear(4, 4)
+_HIDDEN = torch.nn.Linear(4, 4)
+
+
+def _global_block(x: torch.Tensor) -> torch.Tensor:
+    return _HIDDEN(x)  # a module reached through a global: nothing on the checkpoint node names it

@@ -9,8 +9,9 @@ for small gradients and for leaves. By default the user's ``.grad`` are put back
 
 from __future__ import annotations
 
+import re
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from torch import nn
 from gradviz_nb.analysis.rules import explain
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture
+from gradviz_nb.tracing.capture import watched
+from gradviz_nb.tracing.ghosts import InplaceWrite
 from gradviz_nb.tracing.trace import trace_with_nodes
 
 SMALL = 64  # gradients with at most this many elements keep their full values
@@ -131,10 +134,35 @@ class BackwardRecording:
         self._leaf_grads: list[dict[str, torch.Tensor]] = []
         self.values: dict[str, list[float]] = {}  # node id -> forward value of small outputs
         self.exponents: dict[str, float] = {}  # PowBackward0 node -> its scalar exponent
+        # Per pass: parameters (by name) that are no leaf of the graph, e.g. inside a reentrant checkpoint,
+        # whose backward PyTorch runs inside one opaque node -> what arrived there (None: not kept).
+        self._hidden_grads: list[dict[str, torch.Tensor | None]] = []
+        self._hidden_names: set[str] = set()  # every such parameter name the recording watched
 
     def leaf_grad(self, name: str, pass_index: int = -1) -> torch.Tensor:
-        """The gradient a leaf (by name or id) received in one pass (default: the last)."""
-        node = self.graph.find(name)
+        """The gradient a leaf (by name or id) received in one pass (default: the last).
+
+        Parameters of ``model`` / ``names`` that are no leaf of the graph (inside a reentrant checkpoint)
+        are answered too: their gradient is what PyTorch delivered to them during the recorded backward.
+        """
+        if name in self._hidden_names and name not in self.graph.leaves():
+            hidden = self._hidden_grads[pass_index]
+            if name not in hidden:
+                raise GradvizError(
+                    f"{name!r} received no gradient in pass {pass_index}: PyTorch's backward did not reach it "
+                    "(its .grad stays None), e.g. a reentrant checkpoint whose inputs need no grad.")
+            value = hidden[name]
+            if value is None:
+                raise GradvizError(f"{name!r}: leaf values were not kept; record with keep_leaf_values=True.")
+            return value
+        try:
+            node = self.graph.find(name)
+        except GradvizError as err:
+            if any(op == "CheckpointFunctionBackward" for _, op in self.graph.nx.nodes(data="op")):
+                raise type(err)(
+                    f"{err} Parameters inside a reentrant checkpoint are no nodes of this graph; pass model= "
+                    "(or names={...}) to gv.record_backward so their gradients are recorded too.") from None
+            raise
         grads = self._leaf_grads[pass_index]
         if node not in grads and self.graph.nx.nodes[node]["kind"] == "leaf" and any(
             s.node == node for s in self.pass_steps(pass_index)
@@ -197,6 +225,7 @@ def record_backward(
     keep_values: bool = False,
     keep_leaf_values: bool = True,
     into: BackwardRecording | None = None,
+    grad: torch.Tensor | None = None,
 ) -> BackwardRecording:
     """Run the real ``loss.backward()`` with hooks on every node and record it step by step.
 
@@ -204,6 +233,8 @@ def record_backward(
     stays usable. ``accumulate=True`` really accumulates into ``.grad`` (to show a second pass adding to
     the first). ``keep_values`` keeps full values of every gradient (not only small ones and leaves).
     ``into`` appends this pass to an earlier recording of the same graph structure (a training loop).
+    ``grad``: the gradient of a non-scalar ``loss`` (as in ``loss.backward(grad)``).
+    Parameters the graph cannot show (inside a reentrant checkpoint) are recorded too: ``leaf_grad``.
 
     Example::
 
@@ -211,9 +242,17 @@ def record_backward(
         for step in rec.steps:
             print(step.op, [g.norm for g in step.grad_inputs if g])
     """
+    if not isinstance(loss, torch.Tensor):
+        raise GradvizError(f"record_backward needs the loss tensor, got {type(loss).__name__}.")
     if loss.grad_fn is None:
         raise GradvizError("record_backward needs a tensor with a grad_fn (a loss computed from tensors that "
                            "require grad); this one has none.")
+    if grad is None and loss.numel() != 1:
+        raise GradvizError(
+            f"record_backward needs a scalar loss, got a tensor of shape {list(loss.shape)}: pass loss.sum() "
+            "(or .mean()), or give the gradient of each element: gv.record_backward(out, grad=torch.ones_like(out)).")
+    if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != loss.shape):
+        raise GradvizError(f"grad= must be a tensor of the loss's shape {list(loss.shape)}.")
     graph, nodes = trace_with_nodes(loss, model, capture, names)
     rec = into if into is not None else BackwardRecording(graph)
     if into is not None and _signature(into.graph) != _signature(graph):
@@ -229,6 +268,9 @@ def record_backward(
     running: dict[str, _PendingStep] = {}  # each node runs at most once per pass
     order: list[_PendingStep] = []
     leaf_grads: dict[str, torch.Tensor] = {}
+    hidden = _hidden_params(model, names, leaf_tensors.values())
+    hidden_grads: dict[str, torch.Tensor | None] = {}
+    finished: set[str] = set()  # nodes whose post-hook ran: a backward error came from one that did not
 
     def pre(node_id: str, op: str) -> Any:
         def hook(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
@@ -248,6 +290,7 @@ def record_backward(
     def post(node_id: str) -> Any:
         def hook(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[Any, ...]) -> None:
             p = running[node_id]
+            finished.add(node_id)
             p.ins = [_track(g, keep_values) for g in grad_inputs]
             for input_nr, (g, producer) in enumerate(zip(grad_inputs, producers[node_id], strict=False)):
                 if g is not None and producer is not None:
@@ -260,13 +303,32 @@ def record_backward(
                 p.after = _track(leaf_tensors[node_id].grad, keep_leaf_values) if accumulate else received
         return hook
 
+    def arrived(param_names: list[str]) -> Any:
+        # A tensor hook on a parameter that is no node of the graph: it fires when the backward a reentrant
+        # checkpoint runs inside its node reaches that parameter (once per checkpoint using it).
+        def hook(g: torch.Tensor) -> None:
+            for name in param_names:
+                if not keep_leaf_values:
+                    hidden_grads[name] = None
+                elif (old := hidden_grads.get(name)) is None:
+                    hidden_grads[name] = g.detach().clone()  # .grad may become this tensor and be added to
+                else:
+                    hidden_grads[name] = old + g.detach()
+        return hook
+
     handles = []
     for fn, node_id in nodes.items():
         handles.append(fn.register_prehook(pre(node_id, graph.nx.nodes[node_id]["op"])))
         handles.append(fn.register_hook(post(node_id)))
+    for t, param_names in hidden:
+        handles.append(t.register_hook(arrived(param_names)))  # type: ignore[no-untyped-call]
     try:
-        with _grads_put_back(leaf_tensors.values(), enabled=not accumulate):
-            loss.backward(retain_graph=True)  # type: ignore[no-untyped-call]
+        with _grads_put_back([*leaf_tensors.values(), *(t for t, _ in hidden)], enabled=not accumulate):
+            loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
+    except RuntimeError as err:
+        failing = next((p.step.node for p in reversed(order) if p.step.node not in finished), None)
+        writes = [w for cap in ([capture] if capture is not None else watched()) for w in cap.inplace]
+        raise _backward_error(err, graph, failing, writes) from err
     finally:
         for h in handles:
             h.remove()
@@ -274,8 +336,63 @@ def record_backward(
     _resolve(order)
     rec.steps.extend(p.step for p in order)
     rec._leaf_grads.append(leaf_grads)
+    rec._hidden_grads.append(hidden_grads)
+    rec._hidden_names.update(name for _, param_names in hidden for name in param_names)
     rec.passes += 1
     return rec
+
+
+def _hidden_params(
+    model: nn.Module | None, names: Mapping[str, torch.Tensor] | None, leaves: Iterable[torch.Tensor]
+) -> list[tuple[torch.Tensor, list[str]]]:
+    """Named tensors that require grad but are no leaf of the graph (their names, once per tensor)."""
+    in_graph = {id(t) for t in leaves}
+    found: dict[int, tuple[torch.Tensor, list[str]]] = {}
+    named = list(model.named_parameters(remove_duplicate=False)) if model is not None else []
+    for name, t in [*named, *(names or {}).items()]:
+        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf and id(t) not in in_graph:
+            found.setdefault(id(t), (t, []))[1].append(name)
+    return list(found.values())
+
+
+_INPLACE = re.compile(r"modified by an inplace operation: (.*?) instead", re.S)
+_SAVED = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\], which is output (\d+) of (\w+), is at version (\d+)")
+
+
+def _backward_error(
+    err: RuntimeError, graph: AutogradGraph, node: str | None, writes: list[InplaceWrite]
+) -> Exception:
+    """PyTorch's backward errors that have a known fix, as a GradvizError saying it; others unchanged.
+    ``writes``: in-place ops the capture saw in the forward, to name the one behind a version error."""
+    text = str(err)
+    where = ""
+    if node is not None:
+        attrs = graph.nx.nodes[node]
+        where = f" in {attrs['op']} (node {node}" + (f", module {attrs['module']}" if attrs.get("module") else "") + ")"
+    if "backward through the graph a second time" in text or "already been freed" in text:
+        return GradvizError(
+            f"record_backward: this loss's graph was already freed by an earlier backward(){where}: its saved "
+            "tensors are gone. Run the forward again and call gv.record_backward on the new loss before any "
+            "loss.backward() (or call backward(retain_graph=True) to keep the graph).")
+    found = _INPLACE.search(text)
+    if not found:
+        return err
+    detail = " ".join(found.group(1).split()) + " instead"
+    culprit = "an in-place op"
+    saved = _SAVED.search(text)
+    if saved is not None:
+        shape = tuple(int(d) for d in saved.group(1).split(",") if d.strip())
+        output, made_by, version = int(saved.group(2)), saved.group(3), int(saved.group(4))
+        hits = [w for w in writes if made_by in (w.target_op, re.sub(r"Backward\d*$", "", w.target_op))
+                and w.target_output == output and w.shape == shape]
+        hit = next((w for w in hits if w.version == version), hits[-1] if hits else None)
+        if hit is not None:
+            culprit = f"{hit.op}()" + (f" in module {hit.where!r}" if hit.where else "") + (
+                f" at {hit.line}" if hit.line else "")
+    return GradvizError(
+        f"record_backward: backward failed{where}: {culprit} modified a tensor saved for backward ({detail}). "
+        "Use the out-of-place form (x = x + 1 instead of x += 1 / x.add_(1), ReLU(inplace=False), no x[i] = ... "
+        "on a saved tensor) or clone() the tensor before modifying it, then run the forward again.")
 
 
 class _Tracker:

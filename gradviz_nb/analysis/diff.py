@@ -87,7 +87,8 @@ class GraphDiff:
     graph and not in the other (``.grad`` None after backward on the other side); ``hidden``: leaves gone
     behind an opaque reentrant checkpoint that still computes their gradient; ``unsure``: leaves gone
     behind a checkpoint whose function could not be inspected. ``prefixes``: the wrapper prefix stripped
-    from (before, after) paths, e.g. ``("", "base_model.model")`` for a peft model."""
+    from (before, after) paths, e.g. ``("", "base_model.model")`` for a peft model; ``wrapper_segments``:
+    wrapper path segments dropped (``_orig_mod``, ...)."""
 
     added: list[str]
     removed: list[str]
@@ -106,6 +107,7 @@ class GraphDiff:
     keys_before: dict[str, Key] = field(repr=False, default_factory=dict)
     unsure: list[str] = field(default_factory=list)
     prefixes: tuple[str, str] = ("", "")
+    wrapper_segments: list[str] = field(default_factory=list)
 
     def _names(self, side: int) -> _Names:
         return _Names(self.prefixes[side], self.renamed_modules)
@@ -154,6 +156,8 @@ class GraphDiff:
             where = " and ".join(f"{side}'s paths start with '{p}.'" for side, p in
                                  (("before", prefix_b), ("after", prefix_a)) if p)
             lines.append(f"matched through a wrapper: {where} (stripped)")
+        if self.wrapper_segments:
+            lines.append("matched through wrappers: path segments " + ", ".join(self.wrapper_segments) + " ignored")
         if ops_added:
             lines.append("ops added: " + ", ".join(f"{op} x{n}" for op, n in ops_added.most_common(6)))
         if ops_removed:
@@ -292,6 +296,8 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
         keys_before=keys_b,
         unsure=sorted({**shown_a, **shown_b}[n] for n in unsure),
         prefixes=(prefix_b, prefix_a),
+        wrapper_segments=sorted({part for g in (before, after) for path in _paths(g, None)
+                                 for part in path.split(".") if part in WRAPPER_SEGMENTS}),
     )
 
 
@@ -312,12 +318,13 @@ def _check_graph(g: object, which: str) -> None:
     raise GradvizError(f"gv.diff compares two traced graphs; {which} is a {kind}: {hint}.")
 
 
-def _paths(graph: AutogradGraph, names: _Names) -> set[str]:
-    """Every module path one side knows: its module tree, its calls, its leaves' modules."""
+def _paths(graph: AutogradGraph, names: _Names | None) -> set[str]:
+    """Every module path one side knows (its module tree, its calls, its leaves' modules), unwrapped by
+    ``names`` (as they are with ``None``)."""
     paths = set(graph.nx.graph.get("modules", {}))
     paths.update(c["path"] for c in graph.calls)
     paths.update(name.rpartition(".")[0] for name in graph.leaves())
-    return {names.bare(p) for p in paths}
+    return {names.bare(p) for p in paths} if names is not None else paths
 
 
 def _prefix(own: set[str], other: set[str]) -> str:
