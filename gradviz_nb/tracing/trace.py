@@ -225,12 +225,30 @@ def _leaf_names(
             by_tensor.setdefault(id(p), []).append(name)
     for name, t in (names or {}).items():
         by_tensor.setdefault(id(t), []).append(name)
+    if model is not None and any(r.leaf is not None and hasattr(r.leaf, "_fqns") for r in raw):
+        _name_flat_parameters(model, by_tensor)
     found = {}
     for r in raw:
         if r.leaf is not None:
             found[r.key] = by_tensor.get(id(r.leaf), [])
             r.leaf = None  # do not keep the user's tensors alive through the graph
     return found
+
+
+def _name_flat_parameters(model: nn.Module, by_tensor: dict[int, list[str]]) -> None:
+    """FSDP (v1) flattens each wrapped module's parameters into one ``FlatParameter``: that is the leaf
+    autograd accumulates into, unnamed by ``named_parameters()`` with ``use_orig_params=True``. Name it by
+    the parameters it holds (their ``named_parameters()`` names), so they count as reached."""
+    for path, module in model.named_modules():
+        flat = getattr(getattr(module, "_handle", None), "flat_param", None)
+        fqns = getattr(flat, "_fqns", None)
+        if flat is None or not fqns:
+            continue
+        inner = f"{path}._fsdp_wrapped_module" if path else "_fsdp_wrapped_module"
+        if not hasattr(module, "_fsdp_wrapped_module"):
+            inner = path
+        known = by_tensor.setdefault(id(flat), [])
+        known += [n for q in fqns if (n := f"{inner}.{q}" if inner else str(q)) not in known]
 
 
 def _build(
