@@ -240,9 +240,11 @@ def test_fsdp_wrapped_names_and_flat_parameters_are_matched(one_process_group: N
     assert d.wrapper_segments == ["_fsdp_wrapped_module"]
     flat_ops = {after.nx.nodes[n]["op"] for n in d.added if after.nx.nodes[n]["kind"] == "op"}
     assert flat_ops <= {"ViewBackward0", "SplitWithSizesBackward0"}  # FSDP's unflattening, nothing else
-    keys = {k[1:3] for k in d.keys_before.values() if k[0] == "op"}
-    assert ("fc1", "AddmmBackward0") in keys and any(b in d.keys_before for b, _ in d.same + [
-        (c.before, c.after) for c in d.changed if c.key.startswith("fc1 · AddmmBackward0")])
+    matched = dict(d.same) | {c.before: c.after for c in d.changed}
+    for module in ("fc1", "fc2"):  # each layer's matmul is matched to the same layer's inside the wrappers
+        (mm,) = [n for n, m in before.nx.nodes(data="module") if m == module and "Addmm" in before.nx.nodes[n]["op"]]
+        assert after.nx.nodes[matched[mm]]["op"] == "AddmmBackward0"
+        assert after.nx.nodes[matched[mm]]["module"] == f"_fsdp_wrapped_module.{module}._fsdp_wrapped_module"
 
 
 def test_checkpoint_wrapper_segment_is_matched() -> None:
