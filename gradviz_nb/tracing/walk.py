@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,16 +68,102 @@ def _outputs_of(node: Any) -> list[tuple[list[int] | None, str]]:
 # op -> (name, sizes attribute, raw attribute) per saved tensor; dir() and f-strings once per op
 _saved_attrs_by_op: dict[str, tuple[tuple[str, str, str], ...]] = {}
 
+FREED = "Trying to backward through the graph a second time"  # PyTorch's error for a freed saved tensor
+SCAN_DEPTH = 6  # how deep frame / ctx contents are searched for tensors (containers, partials, closures)
 
-def _saved_of(node: Any, op: str, storages: Storages | None = None) -> list[dict[str, Any]]:
+
+class Checkpoints:
+    """Checkpoints met during one walk, numbered in discovery order.
+
+    A non-reentrant checkpoint is found through the unpack hook of the tensors it packed: the hook's
+    closure holds the ``_CheckpointFrame``, which keeps the block's inputs (``saved_args``) and its
+    recompute function (whose closure keeps the forward RNG state, keyword arguments, ...) alive until
+    the last packed tensor is freed. A reentrant checkpoint is its ``CheckpointFunctionBackward`` node
+    (inputs saved with ``save_for_backward``, RNG state and other arguments on the ctx). Frames are
+    dropped with this object, at the end of the walk.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._by_hook: dict[int, tuple[Any, int | None]] = {}  # id(unpack hook) -> (hook, frame index)
+        self.frames: list[Any] = []  # non-reentrant frames by index (None for reentrant indices)
+
+    def new(self, frame: Any = None) -> int:
+        self.frames.append(frame)
+        self.count += 1
+        return self.count - 1
+
+    def frame_of(self, saved: Any) -> int | None:
+        """Index of the non-reentrant checkpoint frame whose hook packed ``saved`` (a SavedTensor)."""
+        hook = getattr(saved, "unpack_hook", None)  # torch >= 2.4; older: checkpoints stay unknown
+        if hook is None:
+            return None
+        known = self._by_hook.get(id(hook))
+        if known is None:
+            frame = _closure_value(hook, "frame")
+            if not (hasattr(frame, "saved_args") and hasattr(frame, "recompute_fn")):
+                frame = None
+            known = self._by_hook[id(hook)] = (hook, self.new(frame) if frame is not None else None)
+        return known[1]
+
+
+def _closure_value(fn: Any, name: str) -> Any:
+    code = getattr(fn, "__code__", None)
+    if code is None or name not in code.co_freevars or fn.__closure__ is None:
+        return None
+    try:
+        return fn.__closure__[code.co_freevars.index(name)].cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+def tensors_held(obj: Any, name: str, depth: int = SCAN_DEPTH, seen: set[int] | None = None
+                 ) -> list[tuple[str, torch.Tensor]]:
+    """Tensors ``obj`` keeps alive, with a path-like name: searched through containers, saved tensors
+    (raw, never unpacked), ``functools.partial`` arguments, function closures and torch's checkpoint
+    helper objects (selective checkpointing's cache). Modules are skipped: their parameters and buffers
+    are held by the model anyway. Other objects are not entered (they may be the user's big state)."""
+    seen = set() if seen is None else seen
+    if depth < 0 or id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [(name, obj)]
+    if isinstance(obj, torch.nn.Module):
+        return []
+    children: list[tuple[str, Any]] = []
+    if isinstance(obj, torch._C._autograd.SavedTensor):
+        children = [(name, getattr(obj, "data", None))]  # the raw handle: no unpack hook runs
+    elif isinstance(obj, (list, tuple)):
+        children = [(f"{name}[{i}]", v) for i, v in enumerate(obj)]
+    elif isinstance(obj, dict):
+        children = [(f"{name}[{k!r}]", v) for k, v in obj.items()]
+    elif isinstance(obj, functools.partial):
+        children = [(f"{name}.args", obj.args), (f"{name}.keywords", obj.keywords)]
+    elif isinstance(obj, types.FunctionType):
+        for var in obj.__code__.co_freevars:
+            children.append((f"{name}.{var}", _closure_value(obj, var)))
+    elif type(obj).__module__ == "torch.utils.checkpoint":
+        children = [(f"{name}.{k}", v) for k, v in vars(obj).items()]
+    out: list[tuple[str, torch.Tensor]] = []
+    for child_name, child in children:
+        out += tensors_held(child, child_name, depth - 1, seen)
+    return out
+
+
+def _saved_of(
+    node: Any, op: str, storages: Storages | None = None, checkpoints: Checkpoints | None = None
+) -> list[dict[str, Any]]:
     """Tensors saved for backward, read as raw handles: nothing is unpacked or recomputed.
 
     Each entry has ``name``, ``shape``, ``dtype`` and, for memory estimates, ``bytes`` (the tensor's own
     elements), ``storage`` (an id, equal for tensors sharing memory within one walk: pass the same
     ``storages`` dict), ``storage_bytes`` and ``param`` (a parameter or a view of one: held anyway).
-    ``bytes`` is 0 with ``packed: True`` when a saved-tensor hook (e.g. non-reentrant checkpoint) holds
-    something else instead, and ``None`` when no tensor is there (an unused optional input, or backward
-    already freed it).
+    ``bytes`` is 0 with ``packed: True`` when a saved-tensor hook holds something else instead (then
+    ``checkpoint``: the index of the non-reentrant checkpoint that will recompute it, when that is what
+    packed it), and ``None`` when no tensor is there: an unused optional input, or ``freed: True`` when
+    backward already freed it. A saved list of several tensors gives one entry per tensor
+    (``indices[0]``, ``indices[1]``).
     """
     attrs = _saved_attrs_by_op.get(op)
     if attrs is None:
@@ -87,26 +174,56 @@ def _saved_of(node: Any, op: str, storages: Storages | None = None) -> list[dict
         sizes = getattr(node, sizes_attr, None)
         shape = [int(s) for s in sizes] if isinstance(sizes, (tuple, list)) else None
         entry: dict[str, Any] = {"name": name, "shape": shape, "dtype": ""}
-        if storages is not None:
-            _saved_memory(getattr(node, raw_attr, None), entry, storages)
+        if storages is None:
+            saved.append(entry)
+            continue
+        try:
+            raw = getattr(node, raw_attr, None)
+        except RuntimeError as err:  # a custom Function's saved tensors after backward freed them
+            if FREED not in str(err):
+                raise
+            entry.update(bytes=None, storage=None, storage_bytes=0, param=False, freed=True)
+            saved.append(entry)
+            continue
+        if isinstance(raw, (list, tuple)) and len(raw) > 1:
+            for i, item in enumerate(raw):
+                one = {"name": f"{name}[{i}]", "shape": None, "dtype": ""}
+                _saved_memory(item, one, storages, checkpoints)
+                saved.append(one)
+            continue
+        _saved_memory(raw[0] if isinstance(raw, (list, tuple)) and raw else raw, entry, storages, checkpoints)
         saved.append(entry)
     return saved
 
 
-def _saved_memory(raw: Any, entry: dict[str, Any], storages: Storages) -> None:
+def _saved_memory(raw: Any, entry: dict[str, Any], storages: Storages, checkpoints: Checkpoints | None) -> None:
     # SavedTensor.data is what was stored, read without unpack hooks (no recomputation, no version
-    # check): the tensor itself, a hook's packed object, or None after backward freed it.
-    items = raw if isinstance(raw, (list, tuple)) else [raw]
-    datas = [getattr(r, "data", None) for r in items]
-    tensors = [t for t in datas if isinstance(t, torch.Tensor)]
-    if not tensors:
-        packed = any(t is not None for t in datas)
-        entry.update(bytes=0 if packed else None, storage=None, storage_bytes=0, param=False)
-        if packed:
-            entry["packed"] = True
+    # check): the tensor itself, a hook's packed object, or None (nothing saved, or freed by backward).
+    data = getattr(raw, "data", None)
+    if isinstance(data, torch.Tensor):
+        _tensor_memory(data, entry, storages)
         return
-    t = tensors[0]  # a saved tensor list (rare) is summed, its first tensor gives the storage
-    if entry["shape"] is None and len(tensors) == 1:
+    entry.update(bytes=0 if data is not None else None, storage=None, storage_bytes=0, param=False)
+    if data is not None:
+        entry["packed"] = True
+        frame = checkpoints.frame_of(raw) if checkpoints is not None else None
+        if frame is not None:
+            entry["checkpoint"] = frame
+    elif raw is not None and _freed(raw):
+        entry["freed"] = True
+
+
+def _freed(raw: Any) -> bool:
+    """An empty saved slot: freed by backward (unpacking raises) or an unused optional input (None)."""
+    try:
+        raw.unpack()  # an empty slot has nothing to unpack: no hook runs, nothing is recomputed
+    except RuntimeError as err:
+        return FREED in str(err)
+    return False
+
+
+def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -> None:
+    if entry["shape"] is None:
         entry["shape"] = list(t.shape)
     entry["dtype"] = entry["dtype"] or _dtype_name(t.dtype)
     size = t.element_size()
@@ -118,12 +235,68 @@ def _saved_memory(raw: Any, entry: dict[str, Any], storages: Storages) -> None:
         # One storage is a parameter's or not for every tensor on it (Parameter's isinstance is slow).
         known = storages[key] = (len(storages), _is_parameter(t), int(t.untyped_storage().nbytes()))
     index, param, storage_bytes = known
-    entry.update(
-        bytes=t.numel() * size if len(tensors) == 1 else sum(x.numel() * x.element_size() for x in tensors),
-        storage=index,
-        storage_bytes=storage_bytes,
-        param=param,
-    )
+    entry.update(bytes=t.numel() * size, storage=index, storage_bytes=storage_bytes, param=param)
+
+
+def _held_entries(held: list[tuple[str, torch.Tensor]], storages: Storages, via: str,
+                  checkpoint: int | None) -> list[dict[str, Any]]:
+    """Saved-list entries for tensors a checkpoint frame or a custom Function's ctx keeps alive."""
+    out = []
+    for name, t in held:
+        entry: dict[str, Any] = {"name": name, "shape": None, "dtype": "", "via": via}
+        _tensor_memory(t, entry, storages)
+        if checkpoint is not None:
+            entry["checkpoint"] = checkpoint
+        out.append(entry)
+    return out
+
+
+_custom_by_type: dict[type, bool] = {}
+
+
+def _is_custom(fn: Any) -> bool:
+    """A custom ``autograd.Function``'s node: its ctx can keep tensors on attributes."""
+    kind = type(fn)
+    custom = _custom_by_type.get(kind)
+    if custom is None:
+        custom = _custom_by_type[kind] = isinstance(fn, torch.autograd.function.BackwardCFunction)
+    return custom
+
+
+def _ctx_entries(fn: Any, raw: RawNode, storages: Storages, checkpoints: Checkpoints) -> None:
+    """A custom Function's ctx attributes holding tensors (``ctx.fwd_cpu_state`` of a reentrant
+    checkpoint, ``ctx.x = x`` in user code): alive as long as the node. A reentrant checkpoint's node
+    gets a checkpoint index, on its saved inputs too."""
+    seen: set[int] = set()
+    held = [h for attr, value in vars(fn).items() for h in tensors_held(value, f"ctx.{attr}", seen=seen)]
+    if raw.op == "CheckpointFunctionBackward":
+        index = checkpoints.new()
+        for entry in raw.saved:
+            entry["checkpoint"] = index
+        raw.saved += _held_entries(held, storages, "ctx", index)
+    elif held:
+        raw.saved += _held_entries(held, storages, "ctx", None)
+
+
+def _frame_entries(nodes: list[RawNode], checkpoints: Checkpoints, storages: Storages) -> None:
+    """What each non-reentrant checkpoint frame holds (the block's inputs, the forward RNG state,
+    keyword arguments, ...), listed on the frame's first node (lowest sequence number): the frame lives
+    until the last of its packed tensors is freed, when backward reaches that node."""
+    first: dict[int, RawNode] = {}
+    for r in nodes:
+        for entry in r.saved:
+            k = entry.get("checkpoint")
+            if k is not None and entry.get("packed") and (k not in first or r.seq < first[k].seq):
+                first[k] = r
+    for k, r in first.items():
+        frame = checkpoints.frames[k]
+        if frame is None:
+            continue
+        seen: set[int] = set()  # names read "checkpoint.inputs[0]", "checkpoint.fwd_cpu_state", ...
+        held = tensors_held(list(frame.saved_args), "checkpoint.inputs", seen=seen)
+        for var in frame.recompute_fn.__code__.co_freevars:
+            held += tensors_held(_closure_value(frame.recompute_fn, var), f"checkpoint.{var}", seen=seen)
+        r.saved += _held_entries(held, storages, "frame", k)
 
 
 def _is_parameter(t: torch.Tensor) -> bool:
@@ -160,6 +333,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
                 keys[nxt] = -1
                 stack.append(nxt)
     storages: Storages = {}
+    checkpoints = Checkpoints()
     for key, (fn, nf) in enumerate(zip(order, nexts, strict=True)):
         op = op_name(fn)
         raw = RawNode(
@@ -168,9 +342,13 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
             seq=int(fn._sequence_nr()),
             outputs=_outputs_of(fn),
             inputs=[(keys[n], nr) if n is not None else (-1, nr) for n, nr in nf],
-            saved=_saved_of(fn, op, storages),
+            saved=_saved_of(fn, op, storages, checkpoints),
         )
         if op == "AccumulateGrad":
             raw.leaf = fn.variable
+        elif _is_custom(fn):
+            _ctx_entries(fn, raw, storages, checkpoints)
         nodes.append(raw)
+    if checkpoints.count:
+        _frame_entries(nodes, checkpoints, storages)
     return nodes, keys
