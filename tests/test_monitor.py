@@ -75,11 +75,13 @@ def test_stale_gradients_are_flagged() -> None:
     model = MLP()
     mon = gv.GradientMonitor(model)
     _train(model, mon, 3, zero=True)
-    assert [f for _, f in mon.flags() if f.kind == "stale"] == []
+    assert [f for _, f in mon.flags() if f.kind == "stale-grad"] == []
     _train(model, mon, 3, zero=False)  # forgot zero_grad
-    stale = [(s, f) for s, f in mon.flags() if f.kind == "stale"]
+    stale = [(s, f) for s, f in mon.flags() if f.kind == "stale-grad"]
     assert stale and stale[0][0] == 5 and stale[0][1].target == ""
     assert set(stale[0][1].params) == {n for n, _ in model.named_parameters()}
+    # the message says what was observed, not a list of guesses
+    assert "same object, with the same version, as when step 4 ended" in stale[0][1].reason
     assert "zero_grad" in mon.summary()
     # zero_grad(set_to_none=False) zeroes in place: not stale
     mon2 = gv.GradientMonitor(model)

@@ -1,15 +1,23 @@
-"""``GradientMonitor``: per-layer gradient statistics across training steps, cheap and bounded.
+"""``GradientMonitor``: per-layer gradient statistics across training steps, cheap and bounded, with verdicts.
 
 Collection is explicit: call :meth:`GradientMonitor.step` after ``backward()`` (and gradient
 clipping), before ``optimizer.step()``. Explicit beats hooks here: the monitor reads ``.grad`` once,
-when the user says the gradients are final, with two batched ``torch._foreach_norm`` calls and one
-``index_add_``; nothing is read back to Python (no ``.item()``, no device sync) until a chart or a
-summary asks. The only hooks are tensor hooks for the stale-gradient check; they do work only on the
-first backward after a recorded step and are all removed by :meth:`close`.
+when the user says the gradients are final, with batched ``torch._foreach_norm`` calls and one
+``index_add_``; nothing is read back to Python (no ``.item()``) except on recorded steps.
+
+Every step (recorded or not) is checked for stale gradients: tensor hooks on the parameters compare,
+at the first backward after a step ended, each ``.grad`` with the identity and version it had when that
+step ended (``optimizer.step()`` done when the optimizer is given, else ``monitor.step()``). Same object,
+same version means nobody zeroed or replaced it, so backward is adding onto the previous step's gradient.
+
+Given the optimizer (``optimizer=``), step pre/post hooks measure the real update of every recorded step,
+``||w_after - w_before|| / ||w_before||`` per layer (stat ``"update"``), and parameters in no param group
+are named. Without it, a parameter whose value never changes between recorded steps while the others do
+(same ``_version``, same norm) is inferred to be missing from the optimizer.
 
 Memory is bounded: ``capacity`` records in preallocated tensors. When they are full, every other
 record is dropped and the recording stride doubles, so the history always spans the whole run at a
-resolution that halves as it grows.
+resolution that halves as it grows. Verdicts are found online and kept as events, so compaction loses none.
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ import math
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from torch import nn
@@ -28,47 +37,100 @@ from torch import nn
 from gradviz_nb.analysis.flow import Flag, GradientFlow, gradient_flow
 from gradviz_nb.errors import GradvizError
 
-__all__ = ["STATS", "GradientMonitor"]
+__all__ = ["MONITOR_KINDS", "STATS", "GradientMonitor", "MonitorThresholds"]
 
-STATS = ("norm", "max_abs", "ratio", "missing")  # per layer and record; "missing": params without .grad
+STATS = ("norm", "max_abs", "ratio", "missing", "update")
+"""Per layer and record: gradient L2 norm, max |g|, grad/weight norm ratio, parameters without ``.grad``,
+and the optimizer's real update ``||Δw|| / ||w||`` (NaN unless the optimizer is given)."""
+_NORM, _MAX, _RATIO, _MISSING, _UPDATE = range(len(STATS))
+
+MONITOR_KINDS = ("stale-grad", "not-in-optimizer", "no-grad", "spike", "update-size", "clipping", "nan")
+SAVE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class MonitorThresholds:
+    """When the monitor raises a verdict (defaults chosen for zero flags on healthy MLP/SGD, MLP/Adam,
+    transformer/AdamW and LoRA/AdamW loops, see ``tests/test_monitor.py``).
+
+    - ``no_grad_records``: a layer without any gradient (``None`` or exactly zero) on this many recorded
+      steps in a row is ``no-grad``. One or two can be deliberate (alternating GAN losses, a branch not
+      taken); three in a row rarely are.
+    - ``spike_factor``, ``spike_window``, ``spike_min_records``: a layer's norm above ``spike_factor`` x the
+      median of its previous ``spike_window`` recorded norms (once it has ``spike_min_records``) is a spike.
+    - ``update_high``, ``update_low``, ``update_records``, ``update_warmup``: the rule of thumb is an update of
+      ~1e-3 of the weights per step; ``update-size`` needs ``update_records`` recorded steps in a row above
+      ``update_high`` or below ``update_low`` (or a parameter with a gradient that never moves), after the first
+      ``update_warmup`` steps (zero-initialised weights, e.g. LoRA B, start with ratios near 1 that fall like
+      1/t; learning-rate warm-up starts small). A learning rate a schedule has decayed below 1e-3 of its peak
+      is deliberate and not judged too small.
+    - ``clip_fraction``, ``clip_min_steps``: clipping is a finding when it bit on more than this fraction of at
+      least ``clip_min_steps`` steps (otherwise a summary line).
+    - ``not_in_optimizer_records``: without the optimizer, recorded steps in a row in which a parameter with a
+      gradient did not move while others did.
+    """
+
+    no_grad_records: int = 3
+    spike_factor: float = 10.0
+    spike_window: int = 20
+    spike_min_records: int = 5
+    update_high: float = 1e-1
+    update_low: float = 1e-6
+    update_records: int = 5
+    update_warmup: int = 20
+    clip_fraction: float = 0.5
+    clip_min_steps: int = 10
+    not_in_optimizer_records: int = 3
+
+
+Optimizers: TypeAlias = torch.optim.Optimizer | Sequence[torch.optim.Optimizer]
 
 
 class GradientMonitor:
-    """Record per-layer gradient norms every ``every`` steps of a training loop.
+    """Record per-layer gradient norms every ``every`` steps of a training loop, and name what looks wrong.
 
     Example::
 
-        monitor = gv.GradientMonitor(model, every=10)
+        monitor = gv.GradientMonitor(model, every=10, optimizer=opt)
         for x, y in data:
             loss = criterion(model(x), y)
             loss.backward()
-            monitor.step()          # after backward (and clipping), before optimizer.step()
+            total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            monitor.step(grad_norm=total, max_norm=1.0)   # after backward, before optimizer.step()
             opt.step(); opt.zero_grad()
         monitor.chart()             # heatmap layers x steps + norm lines; updates live while training
+        print(monitor.summary())    # verdicts: stale-grad, not-in-optimizer, no-grad, spike, update-size, ...
         monitor.close()             # removes its hooks
+
+    ``optimizer`` (one or a list) enables the update/weight ratio and exact ``not-in-optimizer`` verdicts.
+    ``scaler`` (``torch.amp.GradScaler``): recorded norms are divided by its scale unless the optimizer's
+    gradients were already unscaled (``scaler.unscale_``), so they are the true gradient norms.
 
     Under ``torch.distributed`` every rank records; on recorded steps rank 0 gathers every rank's
     statistics (``per_rank``) and their reduction; other ranks never render.
     """
 
     def __init__(self, model: nn.Module | None, every: int = 1, capacity: int = 256, *,
-                 stale_check: bool = True, live_interval: float = 0.5, max_events: int = 1000) -> None:
+                 optimizer: Optimizers | None = None, scaler: torch.amp.GradScaler | None = None,
+                 thresholds: MonitorThresholds | None = None, stale_check: bool = True, update_ratio: bool = True,
+                 live_interval: float = 0.5, max_events: int = 1000) -> None:
         if every < 1 or capacity < 2:
             raise GradvizError(f"every must be >= 1 and capacity >= 2, got every={every}, capacity={capacity}.")
         self.every = every
         self.capacity = capacity
         self.live_interval = live_interval
+        self.thresholds = thresholds or MonitorThresholds()
         self.stride = 1  # doubles each time the buffer is compacted
         self.steps_seen = 0
         self.events: deque[tuple[int, Flag]] = deque(maxlen=max_events)
-        """(step, Flag) for stale gradients, found as they happen."""
+        """(step, Flag) verdicts, found as they happen."""
         self._model_ref = weakref.ref(model) if model is not None else None
         self._params: list[nn.Parameter] = []
         self._names: list[str] = []
         self.layers: list[str] = []
         if model is not None:
             self._index_params(model)
-        n = len(self.layers)
+        n, n_params = len(self.layers), len(self._params)
         self._hist = torch.full((capacity, n, len(STATS)), math.nan)
         self._steps = torch.zeros(capacity, dtype=torch.long)
         self._count = 0
@@ -76,16 +138,69 @@ class GradientMonitor:
         self._rank_hist: torch.Tensor | None = None  # rank 0 under DDP: (capacity, world, layers, stats)
         if self._world[1] > 1 and self._world[0] == 0:
             self._rank_hist = torch.full((capacity, self._world[1], n, len(STATS)), math.nan)
+        self._listeners: list[Callable[[GradientMonitor], None]] = []
+        self._last_push = 0.0
+        # optimizer(s) and scaler
+        if optimizer is None:
+            opts: list[torch.optim.Optimizer] = []
+        elif isinstance(optimizer, torch.optim.Optimizer):
+            opts = [optimizer]
+        else:
+            opts = list(optimizer)
+        self._opt_refs = [weakref.ref(o) for o in opts]
+        self._scaler = scaler
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        # stale check: (grad weakref, grad version) per parameter, armed when a step ends
         self._handles: list[Any] = []
-        self._armed: list[tuple[weakref.ref[torch.Tensor], int] | None] = [None] * len(self._params)
-        self._stale: list[str] = []
+        self._armed: list[tuple[weakref.ref[torch.Tensor], int] | None] = [None] * n_params
+        self._armed_at = 0
+        self._arm_versions: list[int] = [0] * n_params
+        self._arm_had_grad: list[bool] = [False] * n_params
+        self._stale: list[int] = []
+        self._stale_ever: set[int] = set()
         if model is not None and stale_check:
             self._handles = [
                 p.register_hook(self._stale_hook(i))  # type: ignore[no-untyped-call]
                 for i, p in enumerate(self._params) if p.requires_grad
             ]
-        self._listeners: list[Callable[[GradientMonitor], None]] = []
-        self._last_push = 0.0
+        self._stale_check = bool(self._handles)
+        # not-in-optimizer
+        self._nio_reported: set[int] = set()
+        self._rec_prev: dict[int, tuple[int, float]] = {}  # param -> (version, weight norm) at the last record
+        self._still: list[list[int]] = [[] for _ in range(n_params)]  # recorded steps it had a grad and stood still
+        self._rec_step_prev = 0
+        # no-grad and spikes, per layer
+        self._nograd_run: list[list[int]] = [[] for _ in range(n)]
+        self._model_nograd: list[int] = []
+        self._recent = torch.full((self.thresholds.spike_window, n), math.nan)
+        self._recent_i = 0
+        self._spiking = [False] * n
+        # update/weight ratio from the optimizer's real step
+        self._pending: tuple[int, int] | None = None  # (slot, step) of the record whose update is measured
+        self._snap: dict[int, tuple[list[int], list[torch.Tensor], list[float]]] = {}
+        self._upd_sq = torch.zeros(n)
+        self._upd_w = torch.zeros(n)
+        self._still_params: dict[int, str] = {}  # param -> "lr=... in param group k of Opt" (moved 0 this record)
+        self._decayed: set[int] = set()  # params whose group lr is < 1e-3 of its peak this record
+        self._peak_lr: dict[tuple[int, int], float] = {}
+        self._upd_hi: list[list[int]] = [[] for _ in range(n)]
+        self._upd_lo: list[list[int]] = [[] for _ in range(n)]
+        self._upd_zero: list[list[int]] = [[] for _ in range(n_params)]
+        self._upd_reported: set[tuple[str, int]] = set()
+        self._grad_nonzero: set[int] = set()
+        self._opt_handles: list[Any] = []
+        if model is not None:
+            for o in opts:
+                if update_ratio:
+                    self._opt_handles.append(o.register_step_pre_hook(self._pre_step))
+                self._opt_handles.append(o.register_step_post_hook(self._post_step))
+        # clipping
+        self._clip_steps = 0
+        self._clip_hits = 0
+        self._clip_acc: torch.Tensor | None = None  # device-side count (no sync per step)
+        self.max_norm: float | None = None
+        self.scale_used: float | None = None
+        """The GradScaler scale the last recorded norms were divided by (None: not scaled)."""
 
     def _index_params(self, model: nn.Module) -> None:
         owner: list[int] = []
@@ -102,16 +217,27 @@ class GradientMonitor:
         self._per_layer = torch.zeros(len(self.layers)).index_add_(0, self._owner, torch.ones(len(owner)))
 
     # -- recording ---------------------------------------------------------------------------------
-    def step(self) -> None:
-        """Count one training step; every ``every`` x ``stride`` steps record the gradients' statistics."""
+    def step(self, *, grad_norm: float | torch.Tensor | None = None, max_norm: float | None = None) -> None:
+        """Count one training step; every ``every`` x ``stride`` steps record the gradients' statistics.
+
+        ``grad_norm`` and ``max_norm``: the pre-clip total norm returned by ``clip_grad_norm_`` and the
+        ``max_norm`` given to it; the monitor counts the steps on which clipping bit.
+        """
         if self._model_ref is None:
             raise GradvizError("this monitor was loaded from a file: it has a history but no model to record.")
         self.steps_seen += 1
+        self._finish_update()
+        if grad_norm is not None or max_norm is not None:
+            self._count_clip(grad_norm, max_norm)
         if self._stale:
             self._report_stale()
-        if (self.steps_seen - 1) % (self.every * self.stride):
-            return
-        stats = self._layer_stats()
+        if not (self.steps_seen - 1) % (self.every * self.stride):
+            self._record()
+        if not self._opt_refs:
+            self._arm()  # with an optimizer, the end of its step arms the check
+
+    def _record(self) -> None:
+        stats, present, wnorms = self._layer_stats()
         if self._count == self.capacity:
             self._compact()
         slot = self._count
@@ -120,32 +246,66 @@ class GradientMonitor:
         if self._world[1] > 1:
             self._gather(slot, stats)
         self._count += 1
-        self._arm()
+        self._check_record(stats, present, wnorms)
+        self._pending = (slot, self.steps_seen) if self._opt_refs else None
         if self._listeners and time.monotonic() - self._last_push >= self.live_interval:
             self.push()
 
-    def _layer_stats(self) -> torch.Tensor:
+    def _layer_stats(self) -> tuple[torch.Tensor, list[int], list[float]]:
+        """(layers x STATS) of the current gradients, the parameters with a gradient, their weight norms."""
         n_layers = len(self.layers)
         out = torch.full((n_layers, len(STATS)), math.nan)
         present = [i for i, p in enumerate(self._params) if p.grad is not None]
         with_grad = torch.zeros(n_layers)
+        wlist: list[float] = []
+        self._grad_nonzero = set()
+        self.scale_used = None
         if present:
             idx = self._owner if len(present) == len(self._params) else self._owner[present]
-            grads = [g for i in present if (g := self._params[i].grad) is not None]
+            grads = [_values(g) for i in present if (g := self._params[i].grad) is not None]
             weights = [self._params[i].detach() for i in present]
             norms = torch.stack(torch._foreach_norm(grads, 2)).float().cpu()
             # aminmax per tensor is ~5x faster on CPU than _foreach_norm(ord=inf), which is not fused there
             extremes = [torch.aminmax(g) if g.numel() else (g.new_zeros(()), g.new_zeros(())) for g in grads]
             maxes = torch.maximum(torch.stack([e[1] for e in extremes]), -torch.stack([e[0] for e in extremes]))
             maxes = maxes.float().cpu()
+            divisors = self._scale_divisors(present)
+            if divisors is not None:
+                norms, maxes = norms / divisors, maxes / divisors
             wnorms = torch.stack(torch._foreach_norm(weights, 2)).float().cpu()
             with_grad.index_add_(0, idx, torch.ones(len(present)))
-            out[:, 0] = torch.zeros(n_layers).index_add_(0, idx, norms**2).sqrt()
-            out[:, 1] = torch.full((n_layers,), -math.inf).scatter_reduce_(0, idx, maxes, "amax")
-            out[:, 2] = out[:, 0] / torch.zeros(n_layers).index_add_(0, idx, wnorms**2).sqrt()
-            out[with_grad == 0, :3] = math.nan  # a layer without any gradient has no statistics
-        out[:, 3] = self._per_layer - with_grad
-        return out
+            out[:, _NORM] = torch.zeros(n_layers).index_add_(0, idx, norms**2).sqrt()
+            out[:, _MAX] = torch.full((n_layers,), -math.inf).scatter_reduce_(0, idx, maxes, "amax")
+            out[:, _RATIO] = out[:, _NORM] / torch.zeros(n_layers).index_add_(0, idx, wnorms**2).sqrt()
+            out[with_grad == 0, :_MISSING] = math.nan  # a layer without any gradient has no statistics
+            wlist = wnorms.tolist()
+            self._grad_nonzero = {i for i, v in zip(present, norms.tolist(), strict=True) if v != 0}
+        out[:, _MISSING] = self._per_layer - with_grad
+        return out, present, wlist
+
+    def _scale_divisors(self, present: list[int]) -> torch.Tensor | None:
+        """Per present parameter, the GradScaler scale its ``.grad`` still carries (None: no scaler at work)."""
+        scaler = self._scaler
+        if scaler is None or not scaler.is_enabled() or scaler._scale is None:
+            return None
+        from torch.amp.grad_scaler import OptState
+
+        scale = scaler.get_scale()
+        states = scaler._per_optimizer_states
+        done = (OptState.UNSCALED, OptState.STEPPED)
+        opts = self._optimizers()
+        if not opts:  # which optimizer holds what is unknown: unscaled if any optimizer's gradients are
+            unscaled = any(s["stage"] in done for s in states.values())
+            self.scale_used = None if unscaled else scale
+            return None if unscaled else torch.full((len(present),), scale)
+        unscaled_ids: set[int] = set()
+        for o in opts:
+            st = states.get(id(o))  # .get: a defaultdict, never add entries
+            if st is not None and st["stage"] in done:
+                unscaled_ids |= {id(p) for g in o.param_groups for p in g["params"]}
+        div = [1.0 if id(self._params[i]) in unscaled_ids else scale for i in present]
+        self.scale_used = scale if any(d != 1.0 for d in div) else None
+        return torch.tensor(div)
 
     def _compact(self) -> None:
         keep = self.capacity // 2
@@ -165,36 +325,283 @@ class GradientMonitor:
         if gathered is not None and self._rank_hist is not None:
             self._rank_hist[slot] = torch.stack(gathered)
 
+    # -- verdicts on each record -------------------------------------------------------------------
+    def _check_record(self, stats: torch.Tensor, present: list[int], wnorms: list[float]) -> None:
+        step = self.steps_seen
+        self._check_not_in_optimizer(present, wnorms)
+        norms = stats[:, _NORM]
+        # no-grad: every trainable parameter of the layer without a gradient (or an exactly zero one)
+        trainable = torch.zeros(len(self.layers))
+        req = [i for i, p in enumerate(self._params) if p.requires_grad]
+        if req:
+            trainable.index_add_(0, self._owner[req], torch.ones(len(req)))
+        none = ((stats[:, _MISSING] >= self._per_layer) | (norms == 0)) & (trainable > 0)
+        n_rec = self.thresholds.no_grad_records
+        if bool(none.all()) and len(self.layers):
+            self._model_nograd.append(step)
+            if len(self._model_nograd) == n_rec:
+                self._event("no-grad", "", "no trainable parameter has a gradient on steps "
+                            f"{_steps(self._model_nograd)} ({n_rec} recorded steps in a row): is monitor.step() "
+                            "called after backward() and before optimizer.zero_grad()?")
+        else:
+            self._model_nograd = []
+            for c, is_none in enumerate(none.tolist()):
+                run = self._nograd_run[c]
+                if not is_none:
+                    run.clear()
+                    continue
+                run.append(step)
+                if len(run) == n_rec:
+                    k = int(trainable[c].item())
+                    self._event("no-grad", self.layers[c], f"no gradient on steps {_steps(run)} ({n_rec} recorded "
+                                f"steps in a row): .grad is None or exactly zero for all {k} trainable parameters; "
+                                "backward does not reach this layer (detached, unused, or cut upstream?)",
+                                tuple(self._names[i] for i in range(len(self._params))
+                                      if int(self._owner[i]) == c))
+        # spikes: against the median of this layer's previous recorded norms
+        th = self.thresholds
+        have = (~torch.isnan(self._recent)).sum(dim=0)
+        median = self._recent.nanmedian(dim=0).values
+        for c, (v, med, h) in enumerate(zip(norms.tolist(), median.tolist(), have.tolist(), strict=True)):
+            spike = h >= th.spike_min_records and med > 0 and math.isfinite(v) and v > th.spike_factor * med
+            if spike and not self._spiking[c]:
+                self._event("spike", self.layers[c], f"gradient norm {v:.4g} is {v / med:.1f}x its running median "
+                            f"{med:.4g} over the previous {h} recorded steps")
+            self._spiking[c] = spike
+        row = norms.clone()
+        row[~(torch.isfinite(row) & (row > 0))] = math.nan
+        self._recent[self._recent_i % th.spike_window] = row
+        self._recent_i += 1
+
+    def _check_not_in_optimizer(self, present: list[int], wnorms: list[float]) -> None:
+        step = self.steps_seen
+        opts = self._optimizers()
+        if opts:  # exact: membership of the param groups
+            held = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
+            new = [i for i in present if id(self._params[i]) not in held and i not in self._nio_reported]
+            names = ", ".join(type(o).__name__ for o in opts)
+            for target, idx in self._by_layer(new):
+                acc = [i for i in idx if i in self._stale_ever]
+                self._event("not-in-optimizer", target, f"has a gradient on step {step}, in no param group of "
+                            f"{names}: the optimizer never updates it"
+                            + (", and optimizer.zero_grad() never clears its .grad, so backward keeps adding onto it"
+                               if acc else ""), tuple(self._names[i] for i in idx))
+                self._nio_reported |= set(idx)
+            return
+        # inferred: had a gradient at the last record, yet neither its version nor its norm changed since,
+        # while other parameters' did (an optimizer step ran, and skipped it)
+        now = {i: (self._params[i]._version, w) for i, w in zip(present, wnorms, strict=True)}
+        moved: dict[int, bool] = {}
+        for i, (version, wnorm) in self._rec_prev.items():
+            if i in now:  # had a gradient at both records: judged by version and weight norm
+                moved[i] = now[i] != (version, wnorm)
+            elif self._params[i]._version != version:
+                moved[i] = True
+        n_moved = sum(moved.values())
+        found: list[int] = []
+        for i, m in moved.items():
+            if m:
+                self._still[i] = []
+            elif n_moved:
+                run = self._still[i]
+                if not run:
+                    run.append(self._rec_step_prev)
+                run.append(step)
+                if len(run) > self.thresholds.not_in_optimizer_records and i not in self._nio_reported:
+                    found.append(i)
+        for target, idx in self._by_layer(found):
+            steps = self._still[idx[0]]
+            accumulates = any(i in self._stale_ever for i in idx)
+            self._event("not-in-optimizer", target, f"has a gradient on steps {_steps(steps)} but its value never "
+                        f"changed between them (same version, same norm) while {n_moved} other parameters' did: "
+                        "no optimizer updates it (pass optimizer= to GradientMonitor to confirm)"
+                        + (", and its .grad is never zeroed either, so backward keeps adding onto it"
+                           if accumulates else ""), tuple(self._names[i] for i in idx))
+            self._nio_reported |= set(idx)
+        self._rec_prev = now
+        self._rec_step_prev = step
+
+    def _by_layer(self, idx: list[int]) -> list[tuple[str, list[int]]]:
+        """Group parameters by layer: target is the layer when all its parameters are concerned, else the one."""
+        out: list[tuple[str, list[int]]] = []
+        for c, layer in enumerate(self.layers):
+            mine = [i for i in idx if int(self._owner[i]) == c]
+            if not mine:
+                continue
+            whole = len(mine) == int(self._per_layer[c].item())
+            out.append((layer if whole or len(mine) > 1 else self._names[mine[0]], mine))
+        return out
+
+    def _event(self, kind: str, target: str, reason: str, params: tuple[str, ...] = ()) -> None:
+        self.events.append((self.steps_seen, Flag(kind, target, reason, params)))
+
+    # -- clipping ----------------------------------------------------------------------------------
+    def _count_clip(self, grad_norm: float | torch.Tensor | None, max_norm: float | None) -> None:
+        if grad_norm is None or max_norm is None:
+            raise GradvizError("pass both grad_norm (what clip_grad_norm_ returned) and the max_norm given to it.")
+        self.max_norm = float(max_norm)
+        self._clip_steps += 1
+        if isinstance(grad_norm, torch.Tensor):
+            hit = (grad_norm.detach() > max_norm).to(torch.int64)
+            self._clip_acc = hit if self._clip_acc is None else self._clip_acc + hit
+        else:
+            self._clip_hits += bool(grad_norm > max_norm)
+
+    @property
+    def clipped(self) -> tuple[int, int]:
+        """(steps on which clipping bit, steps that reported a pre-clip norm)."""
+        acc = 0 if self._clip_acc is None else int(self._clip_acc.item())
+        return self._clip_hits + acc, self._clip_steps
+
+    def _clip_flags(self) -> list[tuple[int, Flag]]:
+        k, n = self.clipped
+        th = self.thresholds
+        if n < th.clip_min_steps or k <= th.clip_fraction * n:
+            return []
+        return [(self.steps_seen, Flag("clipping", "", f"gradient clipping bit on {k} of {n} steps (pre-clip norm "
+                                       f"> max_norm={self.max_norm:g}): the clipped direction, not the gradient's "
+                                       "size, drives training; raise max_norm or lower the learning rate"))]
+
+    # -- update/weight ratio (optimizer step hooks) ------------------------------------------------
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for r in self._opt_refs if (o := r()) is not None]
+
+    def _pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self._pending is None:
+            return
+        idx: list[int] = []
+        lrs: list[float] = []
+        for k, group in enumerate(opt.param_groups):
+            lr = float(group.get("lr", math.nan))
+            key = (id(opt), k)
+            peak = self._peak_lr[key] = max(self._peak_lr.get(key, 0.0), lr)
+            for p in group["params"]:
+                i = self._index.get(id(p))
+                if i is not None and p.grad is not None:
+                    idx.append(i)
+                    lrs.append(lr)
+                    if lr < 1e-3 * peak:
+                        self._decayed.add(i)
+                    self._still_params[i] = f"lr={lr:g} in param group {k} of {type(opt).__name__}"
+        if idx:
+            self._snap[id(opt)] = (idx, list(torch._foreach_mul([self._params[i].detach() for i in idx], 1.0)), lrs)
+
+    def _post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        snap = self._snap.pop(id(opt), None)
+        if snap is not None and self._pending is not None:
+            idx, before, _ = snap
+            after = [self._params[i].detach() for i in idx]
+            delta = torch.stack(torch._foreach_norm(torch._foreach_sub(after, before), 2)).float().cpu()
+            wn = torch.stack(torch._foreach_norm(before, 2)).float().cpu()
+            owner = self._owner[idx]
+            self._upd_sq.index_add_(0, owner, delta**2)
+            self._upd_w.index_add_(0, owner, wn**2)
+            measured = torch.zeros(len(self.layers)).index_add_(0, owner, torch.ones(len(idx))) > 0
+            ratio = self._upd_sq.sqrt() / self._upd_w.sqrt()
+            self._hist[self._pending[0], measured, _UPDATE] = ratio[measured]
+            for i, d in zip(idx, delta.tolist(), strict=True):
+                if d != 0:
+                    self._still_params.pop(i, None)
+        if self._stale_check:
+            self._arm()
+
+    def _finish_update(self) -> None:
+        """Judge the last record's update ratios (all optimizers have stepped by now)."""
+        if self._pending is None:
+            return
+        (slot, step), self._pending = self._pending, None
+        ratios = self._hist[slot, :, _UPDATE].tolist()
+        still = {i: why for i, why in self._still_params.items() if i in self._grad_nonzero}
+        decayed = self._decayed
+        self._upd_sq.zero_()
+        self._upd_w.zero_()
+        self._still_params, self._decayed, self._snap = {}, set(), {}
+        th = self.thresholds
+        if step <= th.update_warmup:
+            return
+        n_rec = th.update_records
+        # parameters with a gradient that the optimizer step did not move at all
+        for i in range(len(self._params)):
+            run = self._upd_zero[i]
+            if i in still and i not in decayed:
+                run.append(step)
+            elif not math.isnan(ratios[int(self._owner[i])]):
+                run.clear()
+        zero = [i for i in range(len(self._params)) if len(self._upd_zero[i]) == n_rec]
+        for target, idx in self._by_layer(zero):
+            self._event("update-size", target, f"has a nonzero gradient on steps {_steps(self._upd_zero[idx[0]])} "
+                        f"but the optimizer step never moved it ({still[idx[0]]})", tuple(self._names[i] for i in idx))
+        zero_layers = {int(self._owner[i]) for i in range(len(self._params)) if self._upd_zero[i]}
+        for c, r in enumerate(ratios):
+            if math.isnan(r):
+                continue
+            mine = [i for i in range(len(self._params)) if int(self._owner[i]) == c]
+            hi, lo = self._upd_hi[c], self._upd_lo[c]
+            if r > th.update_high:
+                hi.append(step)
+            else:
+                hi.clear()
+            if r < th.update_low and c not in zero_layers and not all(i in decayed for i in mine):
+                lo.append(step)
+            else:
+                lo.clear()
+            if len(hi) == n_rec:
+                self._event("update-size", self.layers[c], f"optimizer updates are {r:.3g} of the weights' norm "
+                            f"(||Δw||/||w|| > {th.update_high:g} on steps {_steps(hi)}; ~1e-3 is typical): the "
+                            "learning rate is likely too large for this layer")
+            if len(lo) == n_rec:
+                self._event("update-size", self.layers[c], f"optimizer updates are {r:.3g} of the weights' norm "
+                            f"(||Δw||/||w|| < {th.update_low:g} on steps {_steps(lo)}; ~1e-3 is typical): this "
+                            "layer barely learns; the learning rate is likely too small for it")
+
     # -- stale gradients ---------------------------------------------------------------------------
     def _arm(self) -> None:
         """Remember each gradient's identity and version; the next backward checks it was zeroed."""
-        if not self._handles:
+        if not self._stale_check:
             return
-        self._armed = [(weakref.ref(p.grad), p.grad._version) if p.grad is not None else None
-                       for p in self._params]
+        self._armed_at = self.steps_seen
+        params = self._params
+        self._armed = [(weakref.ref(g), g._version) if (g := p.grad) is not None else None for p in params]
+        self._arm_versions = [p._version for p in params]
+        self._arm_had_grad = [p.grad is not None for p in params]
 
     def _report_stale(self) -> None:
-        names, self._stale = self._stale, []
+        stale, self._stale = self._stale, []
+        self._stale_ever |= set(stale)
+        opts = self._optimizers()
+        if opts:  # parameters in no param group: optimizer.zero_grad() never clears them (not-in-optimizer)
+            held = {id(p) for o in opts for g in o.param_groups for p in g["params"]}
+            blamed = [i for i in stale if id(self._params[i]) in held]
+        else:  # stood still (same version) while others moved: no optimizer holds it, zero_grad() skips it too
+            moved = [self._params[j]._version != v and had
+                     for j, (v, had) in enumerate(zip(self._arm_versions, self._arm_had_grad, strict=True))]
+            blamed = [i for i in stale if moved[i] or not any(moved)]
+            blamed = [i for i in blamed if i not in self._nio_reported]
+        if not blamed:
+            return
+        names = [self._names[i] for i in blamed]
         layers = sorted({n.rpartition(".")[0] for n in names}, key=self.layers.index)
         target = "" if len(names) == len(self._handles) else layers[0]
-        self.events.append((self.steps_seen, Flag(
-            "stale", target, f"{len(names)} of {len(self._handles)} trainable parameters' gradients were not "
-            f"zeroed since the last recorded step, so this step's backward added onto them (missing "
-            f"optimizer.zero_grad()?); layers: {', '.join(x or '(top)' for x in layers[:8])}"
-            + (" ..." if len(layers) > 8 else ""), params=tuple(names))))
+        self._event("stale-grad", target,
+                    f"backward added onto .grad left from step {self._armed_at}: for {len(names)} of "
+                    f"{len(self._handles)} trainable parameters the .grad tensor was the same object, with the same "
+                    f"version, as when step {self._armed_at} ended (neither zeroed nor replaced), so it now holds the "
+                    "sum of both steps' gradients; call optimizer.zero_grad() once per step. Layers: "
+                    + ", ".join(x or "(top)" for x in layers[:8]) + (" ..." if len(layers) > 8 else ""),
+                    tuple(names))
 
     def _stale_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         def hook(_: torch.Tensor) -> None:
-            # Runs before the new gradient is added to .grad. If .grad is still the very tensor seen at
-            # the last record, unchanged (zero_() or set_to_none would have bumped or replaced it),
-            # this backward is about to add onto the previous step's gradient.
+            # Runs before the new gradient is added to .grad. If .grad is still the very tensor seen when the
+            # last step ended, unchanged (zero_() or set_to_none would have bumped or replaced it), this
+            # backward is about to add onto the previous step's gradient.
             armed = self._armed[i]
             if armed is None:
                 return
             self._armed[i] = None
             grad = self._params[i].grad
             if grad is not None and armed[0]() is grad and grad._version == armed[1]:
-                self._stale.append(self._names[i])
+                self._stale.append(i)
 
         return hook
 
@@ -211,7 +618,8 @@ class GradientMonitor:
         return self._hist[: self._count, :, STATS.index(stat)].clone()
 
     def per_rank(self, stat: str = "norm") -> torch.Tensor | None:
-        """Rank 0 under DDP: ``(records, world, layers)``; None elsewhere."""
+        """Rank 0 under DDP: ``(records, world, layers)``; None elsewhere. (``"update"`` is measured after the
+        gather: it is NaN here; DDP ranks hold the same weights, so :meth:`history` has it.)"""
         if self._rank_hist is None:
             return None
         return self._rank_hist[: self._count, :, :, STATS.index(stat)].clone()
@@ -219,18 +627,19 @@ class GradientMonitor:
     def reduced(self, stat: str = "norm") -> torch.Tensor:
         """Across ranks (rank 0 under DDP): mean of norms and ratios, max of max-abs, sum of missing."""
         ranks = self.per_rank(stat)
-        if ranks is None:
+        if ranks is None or stat == "update":
             return self.history(stat)
         if stat == "max_abs":
             return ranks.amax(dim=1)
         return ranks.sum(dim=1) if stat == "missing" else ranks.mean(dim=1)
 
     def flags(self) -> list[tuple[int, Flag]]:
-        """Stale-gradient events plus NaN/Inf and missing gradients found in the recorded history."""
+        """Verdicts found while recording, plus NaN/Inf norms in the history and a clipping finding."""
         out = list(self.events)
         norms, missing, steps = self.history("norm"), self.history("missing"), self.steps
         for r, c in zip(*torch.nonzero(~torch.isfinite(norms) & (missing == 0), as_tuple=True), strict=True):
             out.append((steps[r], Flag("nan", self.layers[c], "gradient norm is NaN or Inf")))
+        out += self._clip_flags()
         return sorted(out, key=lambda e: e[0])
 
     def flow(self, **kwargs: Any) -> GradientFlow:
@@ -241,6 +650,16 @@ class GradientMonitor:
         rank = f", rank {self._world[0]} of {self._world[1]}" if self._world[1] > 1 else ""
         lines = [f"GradientMonitor: {self._count} records over {self.steps_seen} steps (every {self.every}, "
                  f"stride {self.stride}, capacity {self.capacity}), {len(self.layers)} layers{rank}"]
+        k, n = self.clipped
+        if n:
+            lines.append(f"  clipping bit on {k} of {n} steps (max_norm={self.max_norm:g})")
+        upd = self.history("update")
+        if upd.numel() and not bool(upd.isnan().all()):
+            last = upd[~upd.isnan().all(dim=1)][-1]
+            lines.append(f"  update/weight ratio at the last measured step: median {last.nanmedian().item():.3g}, "
+                         f"max {last.nan_to_num(-1).max().item():.3g} over layers (~1e-3 is typical)")
+        if self.scale_used is not None:
+            lines.append(f"  norms divided by the GradScaler scale {self.scale_used:g} (gradients not yet unscaled)")
         flags = self.flags()
         lines += [f"  step {s} [{f.kind}] {f.target or '(model)'}: {f.reason}" for s, f in flags[:20]]
         if len(flags) > 20:
@@ -277,10 +696,13 @@ class GradientMonitor:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
-        """Remove every hook; the recorded history stays readable."""
-        for handle in self._handles:
+        """Remove every hook (parameters' and optimizers'); the recorded history stays readable."""
+        self._finish_update()
+        for handle in [*self._handles, *self._opt_handles]:
             handle.remove()
         self._handles.clear()
+        self._opt_handles.clear()
+        self._stale_check = False
         self._armed = [None] * len(self._params)
 
     def __enter__(self) -> GradientMonitor:
@@ -290,32 +712,59 @@ class GradientMonitor:
         self.close()
 
     def save(self, path: str | Path) -> None:
-        """Write the history (records, layers, per-rank data, events) to ``path`` (``torch.save``)."""
+        """Write the history (records, layers, per-rank data, events, clipping counts) to ``path``."""
+        k, n = self.clipped
         torch.save({
-            "version": 1, "layers": self.layers, "every": self.every, "capacity": self.capacity,
-            "stride": self.stride, "steps_seen": self.steps_seen, "count": self._count,
+            "version": SAVE_VERSION, "stats": list(STATS), "layers": self.layers, "every": self.every,
+            "capacity": self.capacity, "stride": self.stride, "steps_seen": self.steps_seen, "count": self._count,
             "hist": self._hist[: self._count].clone(), "steps": self._steps[: self._count].clone(),
             "rank_hist": None if self._rank_hist is None else self._rank_hist[: self._count].clone(),
             "events": [(s, f.kind, f.target, f.reason, list(f.params)) for s, f in self.events],
+            "clip": [k, n, self.max_norm], "scale_used": self.scale_used, "thresholds": asdict(self.thresholds),
         }, path)
 
     @classmethod
     def load(cls, path: str | Path) -> GradientMonitor:
-        """A read-only monitor holding the history saved by :meth:`save` (charts and summary work)."""
+        """A read-only monitor holding the history saved by :meth:`save` (charts and summary work).
+
+        Reads files of every version: version 1 (before the ``update`` stat, with ``stale`` events) too.
+        """
         data = torch.load(path, weights_only=True)
-        mon = cls(None, every=data["every"], capacity=data["capacity"])
+        version = data.get("version", 1)
+        if version > SAVE_VERSION:
+            raise GradvizError(f"{path} was saved by a newer gradviz_nb (format {version}); upgrade to read it.")
+        saved_stats = data.get("stats", ["norm", "max_abs", "ratio", "missing"])
+        th = MonitorThresholds(**data["thresholds"]) if "thresholds" in data else None
+        mon = cls(None, every=data["every"], capacity=data["capacity"], thresholds=th)
         mon.layers = list(data["layers"])
         mon.stride, mon.steps_seen, mon._count = data["stride"], data["steps_seen"], data["count"]
+        cols = [STATS.index(s) for s in saved_stats]
         mon._hist = torch.full((mon.capacity, len(mon.layers), len(STATS)), math.nan)
-        mon._hist[: mon._count] = data["hist"]
+        mon._hist[: mon._count, :, cols] = data["hist"]
         mon._steps[: mon._count] = data["steps"]
         if data["rank_hist"] is not None:
             rh = data["rank_hist"]
-            mon._rank_hist = torch.full((mon.capacity, *rh.shape[1:]), math.nan)
-            mon._rank_hist[: mon._count] = rh
+            mon._rank_hist = torch.full((mon.capacity, *rh.shape[1:-1], len(STATS)), math.nan)
+            mon._rank_hist[: mon._count, :, :, cols] = rh
         for s, kind, target, reason, params in data["events"]:
-            mon.events.append((s, Flag(kind, target, reason, tuple(params))))
+            mon.events.append((s, Flag("stale-grad" if kind == "stale" else kind, target, reason, tuple(params))))
+        if "clip" in data:
+            mon._clip_hits, mon._clip_steps, mon.max_norm = data["clip"]
+        mon.scale_used = data.get("scale_used")
         return mon
+
+
+def _values(g: torch.Tensor) -> torch.Tensor:
+    """The stored values of a gradient: itself when dense; a sparse one's (coalesced) non-zero values."""
+    if g.layout == torch.sparse_coo:
+        return g.coalesce().values()
+    if g.layout != torch.strided:
+        return g.values()
+    return g
+
+
+def _steps(steps: Sequence[int]) -> str:
+    return ", ".join(map(str, steps[:6])) + (f", ... {steps[-1]}" if len(steps) > 6 else "")
 
 
 def _world() -> tuple[int, int]:
