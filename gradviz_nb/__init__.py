@@ -11,8 +11,10 @@ Example::
 from gradviz_nb.analysis.backward import BackwardRecording, record_backward
 from gradviz_nb.analysis.diff import GraphDiff, diff
 from gradviz_nb.analysis.flow import gradient_flow
+from gradviz_nb.analysis.gradcheck import GradCheck, gradcheck
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
 from gradviz_nb.analysis.monitor import GradientMonitor
+from gradviz_nb.analysis.nonfinite import NonFinite, find_nonfinite
 from gradviz_nb.doctor import Diagnosis, Finding, doctor
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.html import export_html
@@ -25,15 +27,19 @@ __all__ = [
     "Dashboard",
     "Diagnosis",
     "Finding",
+    "GradCheck",
     "GradientMonitor",
     "GradvizError",
     "GraphDiff",
     "GraphWidget",
     "MemoryReport",
+    "NonFinite",
     "capture",
     "diff",
     "doctor",
     "export_html",
+    "find_nonfinite",
+    "gradcheck",
     "gradient_flow",
     "memory_held",
     "record_backward",
