@@ -200,3 +200,28 @@ def test_overlay_colours_marks_legend_and_tooltip(browser: Any, tmp_path: Path) 
     assert p.page.locator("[data-testid=gradviz-legend]").is_hidden()
     assert not any(c.startswith(("heat-", "ov-")) for c in p.classes("c:0") + p.classes("n:n9"))
     assert p.errors == []
+
+
+def test_jump_to_first_nonfinite_gradient(browser: Any, tmp_path: Path) -> None:
+    """sqrt at 0 makes an Inf gradient in backward: the button appears and goes to the step Python names."""
+    import torch
+
+    import gradviz_nb as gv
+    from gradviz_nb.widgets.payload import to_payload
+
+    x = torch.tensor([0.0, 1.0, 4.0], requires_grad=True)
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    rec = gv.record_backward((torch.sqrt(x * w) * 2).sum(), names={"x": x, "w": w})
+    first = rec.first_nonfinite
+    assert first is not None
+    p = Page(browser, tmp_path, {"graph": to_payload(rec.graph), "recording": rec.to_payload()})
+    button = p.page.locator("[data-testid=gradviz-step-nonfinite]")
+    assert button.is_visible()
+    button.click()
+    p.page.wait_for_function("(i) => gv.model.get('step') === i", arg=first.index)
+    assert p.js("() => gv.el.querySelector('.gradviz-root').dataset.stepNode") == first.node
+    assert button.is_disabled()
+    assert p.errors == []
+    healthy = gv.record_backward((x.tanh() * w).sum(), names={"x": x, "w": w})
+    q = Page(browser, tmp_path, {"graph": to_payload(healthy.graph), "recording": healthy.to_payload()})
+    assert q.page.locator("[data-testid=gradviz-step-nonfinite]").is_hidden()

@@ -207,6 +207,18 @@ class BackwardRecording:
         ]
         return {"passes": self.passes, "steps": steps, "values": self.values}
 
+    @property
+    def first_nonfinite(self) -> Step | None:
+        """The first step (engine order) that SENT a NaN/Inf gradient while receiving only finite ones:
+        where it was born in backward. Else the first step touching one (seeded at the root); None when
+        every recorded gradient is finite. The stepper's "first NaN/Inf" button goes to the same step.
+        A NaN born in the forward pass reaches backward already made: :func:`gv.find_nonfinite` names it."""
+        def bad(grads: list[GradStats | None]) -> bool:
+            return any(g is not None and g.nonfinite for g in grads)
+
+        born = next((s for s in self.steps if bad(s.grad_inputs) and not bad(s.grad_outputs)), None)
+        return born or next((s for s in self.steps if bad(s.grad_inputs) or bad(s.grad_outputs)), None)
+
     def pass_steps(self, pass_index: int = -1) -> list[Step]:
         wanted = range(self.passes)[pass_index]
         return [s for s in self.steps if s.pass_index == wanted]

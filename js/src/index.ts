@@ -6,7 +6,7 @@
 import type { AnyWidget, RenderProps } from "@anywidget/types";
 import css from "./styles.css";
 import { search } from "./state/search";
-import { passCursor } from "./state/stepper";
+import { firstNonfinite, passCursor } from "./state/stepper";
 import { GraphView } from "./view/graphview";
 import { readTheme } from "./view/theme";
 import { createDetails } from "./panels/details";
@@ -95,6 +95,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     setSpeed: (v) => setSpeed(ctx, v),
     setPass: (p) => ctx.step.rix && userSeek(ctx, passCursor(ctx.step.rix, p)),
     setByModule: (on) => setByModule(ctx, on),
+    firstNonfinite: () => ctx.step.rix && userSeek(ctx, firstNonfinite(ctx.step.rix.steps)),
   });
   const legend = createLegend(() => {
     // Fits keep the legend's corner free of nodes.

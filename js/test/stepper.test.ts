@@ -10,6 +10,7 @@ import { indexCalls, representative, visibleGraph } from "../src/state/quotient"
 import { formatShape, plural } from "../src/state/labels";
 import {
   indexRecording,
+  firstNonfinite,
   nextCursor,
   nodeLines,
   normalizeRecording,
@@ -138,4 +139,15 @@ test("numbers, scales, overlay decorations, labels", () => {
   assert.equal(plural(16, "closed box"), "16 closed boxes");
   assert.equal(plural(1, "node"), "1 node");
   assert.equal(formatShape([]), "scalar");
+});
+
+test("firstNonfinite: where a NaN/Inf gradient is born in backward, else -1", () => {
+  const steps = normalizeRecording(mlp.recording)!.steps;
+  assert.equal(firstNonfinite(steps), -1); // a healthy recording
+  const nan = { shape: [1], norm: NaN, mean: NaN, max_abs: NaN, nonfinite: true, value: null };
+  const born = steps.findIndex((s, i) => i > 0 && s.sent.some((g) => g !== null)); // a step that sends something
+  const poisoned = steps.map((s, i) => (i === born ? { ...s, sent: s.sent.map((g) => (g ? nan : g)) } : i > born ? { ...s, received: s.received.map((g) => (g ? nan : g)), sent: s.sent.map((g) => (g ? nan : g)) } : s));
+  assert.equal(firstNonfinite(poisoned), born); // born there, carried downstream after it
+  const fromRoot = steps.map((s) => ({ ...s, received: s.received.map((g) => (g ? nan : g)) }));
+  assert.equal(firstNonfinite(fromRoot), 0); // NaN seeded at the root: the first step that touched it
 });

@@ -11,6 +11,8 @@ export interface StepperActions {
   setSpeed(stepsPerSecond: number): void;
   setPass(pass: number): void;
   setByModule(on: boolean): void;
+  /** Go to the first step that sent a NaN/Inf gradient. */
+  firstNonfinite(): void;
 }
 
 export interface StepperState {
@@ -22,6 +24,8 @@ export interface StepperState {
   position: string;
   pending: string[];
   boxes: boolean;
+  /** Global index of the first NaN/Inf step (-1: every gradient finite; the button hides). */
+  firstNonfinite: number;
 }
 
 export interface StepperPanel {
@@ -66,7 +70,10 @@ export function createStepper(actions: StepperActions): StepperPanel {
   const byModuleLabel = h("label", { class: "gradviz-step-check", title: "Step from one module box (or node) on screen to the next" }, byModule, " by module");
   const position = h("span", { class: "gradviz-step-position", "data-testid": "gradviz-step-position", role: "status" });
   const pending = h("span", { class: "gradviz-step-pending", "data-testid": "gradviz-step-pending" });
-  const controls = h("div", { class: "gradviz-step-controls" }, start, back, play, fwd, speed, scrubber, pass, byModuleLabel);
+  const nanJump = button("⚠ first NaN/Inf", "gradviz-step-nonfinite", "Go to the first node that sent a NaN or Inf gradient", () => actions.firstNonfinite());
+  nanJump.classList.add("gradviz-step-nonfinite");
+  nanJump.hidden = true;
+  const controls = h("div", { class: "gradviz-step-controls" }, start, back, play, fwd, speed, scrubber, pass, byModuleLabel, nanJump);
   const info = h("div", { class: "gradviz-step-info" }, position, pending);
   const element = h("div", { class: "gradviz-stepper", "data-testid": "gradviz-stepper" }, controls, info);
   element.hidden = true;
@@ -97,6 +104,8 @@ export function createStepper(actions: StepperActions): StepperPanel {
       pass.hidden = s.passes <= 1;
       pass.value = String(s.pass);
       byModuleLabel.hidden = !s.boxes;
+      nanJump.hidden = s.firstNonfinite < 0;
+      nanJump.disabled = s.cursor === s.firstNonfinite;
       setText(position, s.position);
       setText(pending, s.pending.join(" · "));
     },

@@ -32,6 +32,15 @@ export interface RecordingIndex {
   rootSource: Map<string, { node: string; output: number }>;
 }
 
+/** Global index of the first step that SENT a NaN/Inf gradient while receiving only finite ones (where
+ *  it was born in backward); else of the first step touching any; -1 when every gradient is finite.
+ *  Mirrors Python's BackwardRecording.first_nonfinite. */
+export function firstNonfinite(steps: RecordedStep[]): number {
+  const bad = (gs: (RecordedGrad | null)[]): boolean => gs.some((g) => !!g && g.nonfinite);
+  const born = steps.findIndex((s) => bad(s.sent) && !bad(s.received));
+  return born >= 0 ? born : steps.findIndex((s) => bad(s.sent) || bad(s.received));
+}
+
 /** `{}` (or anything without steps) is no recording. */
 export function normalizeRecording(r: Partial<Recording> | null | undefined): Recording | null {
   if (!r || !Array.isArray(r.steps) || r.steps.length === 0) return null;

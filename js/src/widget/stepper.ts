@@ -2,6 +2,7 @@
 // by node or by module box, and the keys that drive it while the widget has focus.
 import {
   clampCursor,
+  firstNonfinite,
   indexRecording,
   INTRO,
   nextCursor,
@@ -50,6 +51,7 @@ export function updateStepperPanel(ctx: WidgetContext): void {
     position: positionText(rix, sv),
     pending: pendingLeaves(rix, sv),
     boxes: ctx.index.order.length > 0,
+    firstNonfinite: firstNonfinite(rix.steps),
   });
   stepper.showDetails(stepDetails(rix, sv) ?? INTRO);
   ctx.details.hide();
