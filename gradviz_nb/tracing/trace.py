@@ -76,7 +76,8 @@ def _trace(
     root_edges = [(keys[e.node], int(e.output_nr)) for e in edges]
     nodes = {fn: f"n{key}" for fn, key in keys.items()} if want_nodes else {}
     opaque = {r.key for r in raw if r.op == OPAQUE_CHECKPOINT}
-    checkpoints = _checkpoint_contents({f"n{k}": fn for fn, k in keys.items() if k in opaque}, model, names)
+    checkpoints = _checkpoint_contents({f"n{k}": fn for fn, k in keys.items() if k in opaque}, model, names
+                                       ) if opaque else {}
     del edges, keys
     leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
     values = {f"n{r.key}": _small(r.leaf) for r in raw if r.leaf is not None}
