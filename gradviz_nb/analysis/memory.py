@@ -54,12 +54,13 @@ class MemoryReport:
 
     Checkpointing: ``checkpoints``: checkpointed calls seen; ``checkpoint_bytes``: unique bytes their
     frames / ctx keep alive (inputs, RNG state; part of ``activations``). Recompute cost:
-    ``forward_ops`` op nodes in the graph, ``recomputed_ops`` of them re-run by backward (non-reentrant
-    checkpoints); ``forward_flops`` / ``recomputed_flops`` the same estimated from shapes of matmul-like
-    ops (mm, addmm, bmm, baddbmm, mv, dot, linear, convolution, attention); :attr:`recompute_share` and
-    :attr:`share_basis` say which. ``opaque``: reentrant ``CheckpointFunctionBackward`` nodes, whose
-    wrapped calls backward re-runs in full but whose ops ran under no_grad and are not in the graph
-    (their cost is not in these figures).
+    ``forward_ops`` op nodes in the graph, ``recomputed_ops`` of them backward creates again (non-reentrant
+    checkpoints re-run their block up to the op that saved the last tensor); ``forward_flops`` /
+    ``recomputed_flops`` estimated from shapes of matmul-like ops (mm, addmm, bmm, baddbmm, mv, dot,
+    linear, convolution, attention; that last op is not computed again when it saved only its inputs,
+    so its FLOPs are left out); :attr:`recompute_share` and :attr:`share_basis` say which.
+    ``opaque``: reentrant ``CheckpointFunctionBackward`` nodes, whose wrapped calls backward re-runs in
+    full but whose ops ran under no_grad and are not in the graph (their cost is not in these figures).
     """
 
     per_node: dict[str, int]
@@ -223,6 +224,10 @@ def memory_held(graph: AutogradGraph | Any) -> MemoryReport:
     ops = [(n, d) for n, d in g.nodes(data=True) if d["kind"] == "op"]
     flops = {n: _flops(g, n, d) for n, d in ops}
     recomputed = [n for n, d in ops if any(lo <= d["seq"] <= hi for lo, hi in spans.values())]
+    # PyTorch stops recomputing when the last tensor is packed; an op saving only its inputs packs them
+    # before its kernel runs, so the last op of a checkpoint is then re-created but not computed.
+    last = {hi for _, hi in spans.values()}
+    skipped = {n for n in recomputed if g.nodes[n]["seq"] in last and not _saves_output(g.nodes[n])}
     return MemoryReport(
         per_node=per_node,
         per_call=_per_call(graph, per_node),
@@ -235,13 +240,22 @@ def memory_held(graph: AutogradGraph | Any) -> MemoryReport:
         forward_ops=len(ops),
         recomputed_ops=len(recomputed),
         forward_flops=sum(flops.values()),
-        recomputed_flops=sum(flops[n] for n in recomputed),
+        recomputed_flops=sum(flops[n] for n in recomputed if n not in skipped),
         opaque=sorted(opaque),
         _graph=graph,
     )
 
 
 OPAQUE_CHECKPOINT = "CheckpointFunctionBackward"
+
+
+def _saves_output(d: dict[str, Any]) -> bool:
+    """Does the op save one of its outputs (packed after its kernel ran)? PyTorch names saved outputs
+    ``result``/``resultN`` or after the op's named returns (attention's ``output``, ``logsumexp``)."""
+    return any(s["name"].startswith("result") or s["name"] in _NAMED_OUTPUTS for s in d.get("saved", []))
+
+
+_NAMED_OUTPUTS = frozenset({"output", "out", "logsumexp", "softmax_lse", "philox_seed", "philox_offset"})
 
 
 def _as_graph(graph: Any) -> AutogradGraph:

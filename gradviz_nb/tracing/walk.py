@@ -191,7 +191,10 @@ def _saved_of(
                 _saved_memory(item, one, storages, checkpoints)
                 saved.append(one)
             continue
-        _saved_memory(raw[0] if isinstance(raw, (list, tuple)) and raw else raw, entry, storages, checkpoints)
+        if isinstance(raw, (list, tuple)) and not raw:  # an empty saved list holds nothing
+            entry.update(bytes=0, storage=None, storage_bytes=0, param=False)
+        else:
+            _saved_memory(raw[0] if isinstance(raw, (list, tuple)) else raw, entry, storages, checkpoints)
         saved.append(entry)
     return saved
 
@@ -215,6 +218,8 @@ def _saved_memory(raw: Any, entry: dict[str, Any], storages: Storages, checkpoin
 
 def _freed(raw: Any) -> bool:
     """An empty saved slot: freed by backward (unpacking raises) or an unused optional input (None)."""
+    if not hasattr(raw, "unpack"):
+        return False
     try:
         raw.unpack()  # an empty slot has nothing to unpack: no hook runs, nothing is recomputed
     except RuntimeError as err:
