@@ -38,6 +38,7 @@ tensors), sparse and nested tensors are not checked; on GPU each check waits for
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import os
 import sys
@@ -361,6 +362,7 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._stack: list[tuple[int, str, str]] = []  # (id(module), path, type) of running module calls
         self._paths: dict[int, str] = {}
         self._names: dict[int, str] = {}
+        self._by_storage: dict[int, str] | None = None
         if model is not None:
             self._paths = {id(m): p for p, m in model.named_modules()}
             self._names = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
@@ -435,7 +437,19 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 seen.append(where)
 
     def _name(self, t: torch.Tensor) -> str:
+        """The model's name for ``t`` (or for the parameter/buffer it is a view of, like ``weight.t()``)."""
         name = self._names.get(id(t))
+        if name is None and self.model is not None:
+            if self._by_storage is None:
+                self._by_storage = {}
+                for n, x in [*self.model.named_parameters(), *self.model.named_buffers()]:
+                    with contextlib.suppress(RuntimeError, NotImplementedError):
+                        self._by_storage.setdefault(x.untyped_storage().data_ptr(), n)
+            with contextlib.suppress(RuntimeError, NotImplementedError):
+                ptr = t.untyped_storage().data_ptr()
+                name = self._by_storage.get(ptr) if ptr else None
+            if name is not None:
+                return f"{name} (a view of it)"
         return name if name is not None else f"a tensor of shape {list(t.shape)}"
 
     def _site(self, info: _OpInfo, backward: bool) -> Site:
