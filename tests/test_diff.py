@@ -60,7 +60,10 @@ def test_non_reentrant_checkpoint_same_structure_memory_moved_out() -> None:
     before, after = d.memory_before.activations, d.memory_after.activations
     assert after < before / 2
     moved = d.memory_moved()
-    assert moved[""] == (before, after) and moved["blocks.0"][1] == 0 < moved["blocks.0"][0]
+    # A non-reentrant checkpoint still keeps its block's input (1 x 16 x 32 float32) and the CPU RNG state
+    # it will restore for the recomputation alive: that, and nothing else, is what blocks.0 holds now.
+    kept = 16 * 32 * 4 + torch.get_rng_state().numel()
+    assert moved[""] == (before, after) and moved["blocks.0"][1] == kept < moved["blocks.0"][0]
     payload = d.to_payload()
     assert payload["memory_total"] == [before, after] and payload["memory"]
     assert "recomputed during backward" in d.summary()
