@@ -4,7 +4,8 @@
 
 Plain and monitored loops run interleaved in the same process (same warm caches, same thermal state),
 each repeat timing `steps` full training steps (forward, backward, monitor.step(), AdamW step,
-zero_grad). Reports the median and minimum step time per variant and its ratio to the plain loop.
+zero_grad), with the monitor with and without optimizer= (which adds the update/weight ratio on recorded
+steps). Reports the median and minimum step time per variant and its ratio to the plain loop.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -19,8 +21,10 @@ import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config
 
 
-def run(model: GPT2, steps: int, monitor: gv.GradientMonitor | None, batch: tuple[torch.Tensor, torch.Tensor]) -> float:
+def run(model: GPT2, steps: int, make: Callable[[torch.optim.Optimizer], gv.GradientMonitor | None],
+        batch: tuple[torch.Tensor, torch.Tensor]) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    monitor = make(opt)
     idx, targets = batch
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -30,7 +34,10 @@ def run(model: GPT2, steps: int, monitor: gv.GradientMonitor | None, batch: tupl
             monitor.step()
         opt.step()
         opt.zero_grad()
-    return (time.perf_counter() - t0) / steps
+    elapsed = (time.perf_counter() - t0) / steps
+    if monitor is not None:
+        monitor.close()
+    return elapsed
 
 
 def main() -> None:
@@ -49,21 +56,24 @@ def main() -> None:
     n_params = sum(1 for _ in model.parameters())
     print(f"GPT-2 n_layer=6 d_model=128 ({model.num_parameters() / 1e6:.1f}M params, {n_params} tensors), "
           f"batch 8 x 64, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    run(model, 3, None, batch)  # warm-up
-    variants = {"plain": lambda: None, "monitor every=1": lambda: gv.GradientMonitor(model, every=1),
-                "monitor every=10": lambda: gv.GradientMonitor(model, every=10)}
+    run(model, 3, lambda opt: None, batch)  # warm-up
+    variants: dict[str, Callable[[torch.optim.Optimizer], gv.GradientMonitor | None]] = {
+        "plain": lambda opt: None,
+        "monitor every=1": lambda opt: gv.GradientMonitor(model, every=1),
+        "monitor every=10": lambda opt: gv.GradientMonitor(model, every=10),
+        # with the optimizer: the update/weight ratio snapshots the weights on recorded steps
+        "+optimizer every=1": lambda opt: gv.GradientMonitor(model, every=1, optimizer=opt),
+        "+optimizer every=10": lambda opt: gv.GradientMonitor(model, every=10, optimizer=opt),
+    }
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(args.repeats):
         for name, make in variants.items():
-            mon = make()
-            times[name].append(run(model, args.steps, mon, batch))
-            if mon is not None:
-                mon.close()
+            times[name].append(run(model, args.steps, make, batch))
     # Other processes on a shared machine only ever add time: the minimum is the least disturbed run.
     base, base_min = statistics.median(times["plain"]), min(times["plain"])
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"{name:18s} median {med * 1e3:8.2f} ms/step (ratio {med / base:.4f})   "
+        print(f"{name:20s} median {med * 1e3:8.2f} ms/step (ratio {med / base:.4f})   "
               f"min {min(ts) * 1e3:8.2f} ms/step (ratio {min(ts) / base_min:.4f})")
     # the cost of monitor.step() alone, on real gradients
     mon = gv.GradientMonitor(model, every=1)

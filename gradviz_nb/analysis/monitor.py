@@ -490,9 +490,9 @@ class GradientMonitor:
         snap = self._snap.pop(id(opt), None)
         if snap is not None and self._pending is not None:
             idx, before, _ = snap
-            after = [self._params[i].detach() for i in idx]
-            delta = torch.stack(torch._foreach_norm(torch._foreach_sub(after, before), 2)).float().cpu()
             wn = torch.stack(torch._foreach_norm(before, 2)).float().cpu()
+            torch._foreach_sub_(before, [self._params[i].detach() for i in idx])  # in place: no second copy
+            delta = torch.stack(torch._foreach_norm(before, 2)).float().cpu()
             owner = self._owner[idx]
             self._upd_sq.index_add_(0, owner, delta**2)
             self._upd_w.index_add_(0, owner, wn**2)
