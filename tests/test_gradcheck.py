@@ -134,6 +134,33 @@ def test_symmetrised_gradient_is_a_convention_not_a_bug() -> None:
     assert res.conventions and "not named" in res.summary()
 
 
+def test_two_wrong_functions_in_a_row_both_named() -> None:
+    # the lower one's wrong gradient flows into the upper one: each is still judged on its own backward
+    a, b, c = make_mul(factor_x=3.0, name="Triple"), make_mul(factor_x=2.0, name="Double"), make_mul(name="Right")
+
+    def fn(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w3: torch.Tensor) -> torch.Tensor:
+        return c.apply(b.apply(a.apply(x.tanh(), w1).sin(), w2), w3).exp()
+
+    inputs = _inputs((4, 3), (3,), (3,), (3,))
+    assert not torch_says_ok(fn, inputs)
+    res = gv.gradcheck(fn, inputs)
+    ratios = {(w.op, w.input): w.analytic / w.numeric for w in res.wrong}
+    assert ratios == pytest.approx({("TripleBackward", 0): 3.0, ("DoubleBackward", 0): 2.0}, rel=1e-5)
+
+
+def test_correct_function_beside_a_wrong_one_is_not_blamed() -> None:
+    bad, good = make_mul(factor_x=2.0, name="Bad"), make_mul(name="Good")
+    inputs = _inputs((4, 3), (3,))
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return bad.apply(x, w) + good.apply(x, w)  # x read by two custom Functions
+
+    assert torch_says_ok(good.apply, inputs) and not torch_says_ok(fn, inputs)
+    [wrong] = gv.gradcheck(fn, inputs).wrong
+    assert (wrong.op, wrong.input, wrong.source) == ("BadBackward", 0, "inputs[0]")
+    assert wrong.analytic / wrong.numeric == pytest.approx(2.0, rel=1e-5)
+
+
 def test_backward_returning_none_for_a_used_input() -> None:
     def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, None]:
         (w,) = ctx.saved_tensors

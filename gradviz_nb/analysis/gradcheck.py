@@ -5,13 +5,14 @@ to float64 leaves (the user's tensors stay untouched); outputs are reduced to ``
 with fixed random weights. A recorded run under a ``TorchFunctionMode`` numbers every float64 tensor
 needing grad as first seen (an op's output, or an op's argument: how outputs of custom Functions, whose
 ``apply`` no mode sees, and parameters are caught) and keeps each op call's autograd sequence interval.
-For each tensor T, ``<dL/dT, v>`` from backward is compared with the central difference of L when a re-run
-adds ``±eps*v`` to T wherever T is seen. A node reading a wrong-gradient T whose own outputs are right gave
-T that gradient: it is named, with the input. When several nodes read T, each op call reading it is
-checked alone (T shifted only in that call, against the node hook's ``grad_inputs``); the remainder is
-what nodes outside every call (custom Functions) did. A disagreement that reaches no leaf's gradient is a
-convention, not a bug (symmetric-input ops such as ``cholesky`` return a symmetrised gradient): it is
-listed in ``conventions``, not named. Per-input verdicts use ``torch.autograd.gradcheck``'s Jacobians.
+Screening: for each tensor T, ``<dL/dT, v>`` from backward against the central difference of L when a
+re-run adds ``±eps*v`` to T wherever it is seen. Judging: each node reading a wrong T, alone, by its own
+backward: what it sent T (a node hook's ``grad_inputs``) against the central difference of
+``sum_m <dL/dT_m, T_m>`` over the tensors T_m it feeds, their gradients as backward gave them. A wrong
+node further down then neither hides nor frames it. Readers inside one op call are shifted in that call
+only; custom Functions are judged by their own outputs. A disagreement that reaches no leaf's gradient is
+a convention, not a bug (``cholesky`` returns a symmetrised gradient): listed in ``conventions``, not
+named. Per-input verdicts use ``torch.autograd.gradcheck``'s own Jacobians.
 """
 
 from __future__ import annotations
@@ -238,14 +239,18 @@ class _Session:
     def loss(self, outs: list[torch.Tensor]) -> torch.Tensor:
         return torch.stack([(w * o.to(torch.float64)).sum() for w, o in zip(self.weights, outs, strict=True)]).sum()
 
-    def numeric(self, k: int, call: int | None = None) -> float:
+    def numeric(self, k: int, call: int | None = None, frontier: list[int] | None = None) -> float:
+        """Central difference along ``direction(k)`` of L, or with a ``frontier`` of ``sum_m <dL/dT_m, T_m>``
+        (dL/dT_m as backward gave it: fixed weights, so only the ops in between are differentiated)."""
         ends = []
         for sign in (1.0, -1.0):
             probe = _Probe(k, sign * self.eps * self.direction(k), call)
             with torch.no_grad():
-                ends.append(float(self.loss(self.run(probe)[1])))
-            if not probe.hit:
-                raise GradvizError("fn took another path when re-run; gv.gradcheck needs fn to do the same ops.")
+                obs, outs = self.run(probe)
+                if not probe.hit or len(obs.values) < len(self.shapes):
+                    raise GradvizError("fn took another path when re-run; gv.gradcheck needs fn to do the same ops.")
+                ends.append(float(self.loss(outs)) if frontier is None else
+                            sum(self.dot_full(self.grads[m], obs.values[m]) for m in frontier))
         return (ends[0] - ends[1]) / (2 * self.eps)
 
     def direction(self, k: int) -> torch.Tensor:
@@ -255,7 +260,11 @@ class _Session:
         return self.directions[k]
 
     def dot(self, grad: torch.Tensor | None, k: int) -> float:
-        return 0.0 if grad is None else float((grad * self.direction(k)).sum())
+        return self.dot_full(grad, self.direction(k))
+
+    @staticmethod
+    def dot_full(grad: torch.Tensor | None, t: torch.Tensor) -> float:
+        return 0.0 if grad is None else float((grad * t).sum())
 
     def close(self, a: float, n: float) -> bool:
         return abs(a - n) <= self.atol + self.rtol * abs(n)
@@ -300,59 +309,48 @@ class _Session:
         finally:
             for h in handles:
                 h.remove()
-        return {k: self.dot(g, k) for k, g in zip(self.where, grads, strict=True)}
+        self.grads = dict(zip(self.where, grads, strict=True))
+        return {k: self.dot(g, k) for k, g in self.grads.items()}
 
     def _localise(self) -> tuple[list[WrongGradient], list[str]]:
         self.at = {place: k for k, place in self.where.items()}
-        self.bad = {k for k in self.where if not self.close(self.analytic[k], self.numeric_of[k])}
-        bad_leaves = {self.where[k][0] for k in self.bad if self.g.nodes[self.where[k][0]]["kind"] == "leaf"}
+        bad = [k for k in self.where if not self.close(self.analytic[k], self.numeric_of[k])]
+        bad_leaves = {self.where[k][0] for k in bad if self.g.nodes[self.where[k][0]]["kind"] == "leaf"}
         wrong: dict[tuple[str, int], WrongGradient] = {}
         conventions = []
-        for k in sorted(self.bad):
+        for k in bad:
             u, o = self.where[k]
             if u not in bad_leaves and not bad_leaves & nx.ancestors(self.g, u):
                 conventions.append(self._name(u))
                 continue
-            a, n = self.analytic[k], self.numeric_of[k]
-            readers: dict[int | None, list[tuple[str, int]]] = {}
+            # Readers grouped by op call (T shifted in that call only) or, outside every call (custom
+            # Functions), node by node (T shifted everywhere; that node's own outputs measured).
+            readers: dict[int | str, list[tuple[str, int]]] = {}
             for _, y, d in self.g.out_edges(u, data=True):
-                for i in (i for oo, i in d["slots"] if oo == o):
-                    if self.g.nodes[y]["kind"] == "root":  # T is an output: its own term <w, v> is exact
-                        direct = self.dot(self.weights[int(y[4:])], k)
-                        a, n = a - direct, n - direct
-                    else:
-                        readers.setdefault(self._call_of(y), []).append((y, i))
-            for call, pairs in readers.items():  # each op call reading T, alone ...
-                if call is not None:
-                    ca, cn = sum(self._grad_in(y, i, k) for y, i in pairs), self.numeric(k, call)
-                    a, n = a - ca, n - cn
-                    self._blame(pairs, ca, cn, u, wrong)
-            self._blame(readers.get(None, []), a, n, u, wrong)  # ... then what nodes outside calls did
+                for i in (i for oo, i in d["slots"] if oo == o and self.g.nodes[y]["kind"] == "op"):
+                    call = self._call_of(y)
+                    readers.setdefault(y if call is None else call, []).append((y, i))
+            for group, pairs in readers.items():
+                a = sum(self._grad_in(y, i, k) for y, i in pairs)
+                n = self.numeric(k, group if isinstance(group, int) else None, self._frontier({y for y, _ in pairs}))
+                for y, i in pairs if not self.close(a, n) else []:
+                    d = self.g.nodes[y]
+                    wrong.setdefault((y, i), WrongGradient(y, d["op"], d["module"], i, self._name(u), a, n))
         return list(wrong.values()), conventions
 
-    def _blame(self, pairs: list[tuple[str, int]], a: float, n: float, u: str,
-               wrong: dict[tuple[str, int], WrongGradient]) -> None:
-        if not pairs or self.close(a, n):
-            return
-        for y, i in pairs:
-            if self._downstream_ok(y):  # else the error came from further down: not this node's fault
-                d = self.g.nodes[y]
-                wrong.setdefault((y, i), WrongGradient(y, d["op"], d["module"], i, self._name(u), a, n))
-
-    def _downstream_ok(self, v: str) -> bool:
-        """Every compared tensor first met downstream of ``v`` has the right gradient."""
-        stack, seen = [v], {v}
+    def _frontier(self, start: set[str]) -> list[int]:
+        """The compared tensors first met downstream of the nodes ``start``."""
+        stack, seen, found = list(start), set(start), set()
         while stack:
             x = stack.pop()
             for _, y, d in self.g.out_edges(x, data=True):
                 for o, _ in d["slots"]:
-                    k = self.at.get((x, o))
-                    if k in self.bad:
-                        return False
-                    if k is None and y not in seen:
+                    if (x, o) in self.at:
+                        found.add(self.at[(x, o)])
+                    elif y not in seen:
                         seen.add(y)
                         stack.append(y)
-        return True
+        return sorted(found)
 
     def _grad_in(self, node: str, slot: int, k: int) -> float:
         return self.dot((*self.gin.get(node, ()), *[None] * (slot + 1))[slot], k)
