@@ -309,3 +309,19 @@ def test_diff_of_things_that_are_not_graphs_says_what_to_pass() -> None:
     rec = gv.record_backward(model(torch.randn(2, 4)).sum(), model=model)
     with pytest.raises(gv.GradvizError, match=r"after is a BackwardRecording: pass its \.graph"):
         gv.diff(rec.graph, rec)  # type: ignore[arg-type]
+
+
+def test_diff_of_graphs_traced_after_backward_still_works() -> None:
+    """Memory cannot be read once backward freed it; the diff says so instead of failing or claiming 0 B."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    first = m(torch.randn(2, 4)).sum()
+    first.backward()
+    second = m(torch.randn(2, 4)).relu().sum()
+    second.backward()
+    d = gv.diff(gv.trace(first, model=m), gv.trace(second, model=m))
+    assert d.memory_before is None and d.memory_moved() == {}
+    assert "not compared" in d.summary() and len(d.added) == 1
+    assert d.to_payload()["memory"] == {}

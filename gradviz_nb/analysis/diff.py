@@ -100,8 +100,8 @@ class GraphDiff:
     lost: list[str]
     hidden: list[str]
     renamed_modules: dict[str, str]
-    memory_before: MemoryReport
-    memory_after: MemoryReport
+    memory_before: MemoryReport | None  # None: that graph was traced after backward freed what it held
+    memory_after: MemoryReport | None
     before: AutogradGraph = field(repr=False)
     after: AutogradGraph = field(repr=False)
     keys_before: dict[str, Key] = field(repr=False, default_factory=dict)
@@ -113,7 +113,10 @@ class GraphDiff:
         return _Names(self.prefixes[side], self.renamed_modules)
 
     def memory_moved(self) -> dict[str, tuple[int, int]]:
-        """Module path -> (activation bytes before, after) where it changed (``""`` = the whole graph)."""
+        """Module path -> (activation bytes before, after) where it changed (``""`` = the whole graph);
+        empty when either graph was traced after backward (what it held can no longer be read)."""
+        if self.memory_before is None or self.memory_after is None:
+            return {}
         by_path: dict[str, list[int]] = {}
         sides = [(self.before, self.memory_before), (self.after, self.memory_after)]
         for side, (graph, mem) in enumerate(sides):
@@ -169,6 +172,10 @@ class GraphDiff:
                 lines.append("modules wrapped: " + _short([f"{a} -> {b}" for a, b in self.renamed_modules.items()]))
             else:
                 lines.append("modules unwrapped: " + _short([f"{b} -> {a}" for a, b in self.renamed_modules.items()]))
+        if self.memory_before is None or self.memory_after is None:
+            lines.append("activations saved for backward: not compared (a graph was traced after backward() "
+                         "freed them; trace before backward to compare memory)")
+            return "\n".join(lines)
         b, a = self.memory_before.activations, self.memory_after.activations
         if b != a:
             pct = f" ({(a - b) / b:+.0%})" if b else ""
@@ -185,7 +192,9 @@ class GraphDiff:
         status.update({a: "same" for _, a in self.same})
         status.update({c.after: "changed" for c in self.changed})
         status.update({REMOVED_PREFIX + n: "removed" for n in self.removed})
-        mem_b, mem_a = self.memory_before.per_node, self.memory_after.per_node
+        known = self.memory_before is not None and self.memory_after is not None
+        mem_b = self.memory_before.per_node if self.memory_before is not None and known else {}
+        mem_a = self.memory_after.per_node if self.memory_after is not None and known else {}
         after_of = {b: a for b, a in self.same} | {c.before: c.after for c in self.changed}
         memory = {a: [mem_b.get(b, 0), mem_a.get(a, 0)] for b, a in after_of.items()
                   if mem_b.get(b, 0) != mem_a.get(a, 0)}
@@ -200,7 +209,8 @@ class GraphDiff:
             "lost": self.lost,
             "hidden": self.hidden,
             "memory": memory,
-            "memory_total": [self.memory_before.activations, self.memory_after.activations],
+            "memory_total": [self.memory_before.activations, self.memory_after.activations]
+            if self.memory_before is not None and self.memory_after is not None else [0, 0],
             "summary": self.summary(),
         }
 
@@ -289,8 +299,8 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
         lost=sorted(shown_b[n] for n in lost - unsure),
         hidden=sorted(shown_b[n] for n in grads_b.reached - grads_a.reached if n in grads_a.inside),
         renamed_modules=renamed,
-        memory_before=memory_held(before),
-        memory_after=memory_held(after),
+        memory_before=_memory(before),
+        memory_after=_memory(after),
         before=before,
         after=after,
         keys_before=keys_b,
@@ -478,3 +488,11 @@ def _resize(g: nx.DiGraph, calls: list[dict[str, Any]]) -> None:
 
 def _short(items: list[str], n: int = 6) -> str:
     return ", ".join(items[:n]) + (f", … ({len(items) - n} more)" if len(items) > n else "")
+
+
+def _memory(graph: AutogradGraph) -> MemoryReport | None:
+    """What ``graph`` held for backward, or None when it was traced after backward freed it."""
+    try:
+        return memory_held(graph)
+    except GradvizError:
+        return None
