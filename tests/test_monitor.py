@@ -630,3 +630,31 @@ def test_live_chart_with_the_update_stat() -> None:
     assert monitor_rows(mon)[0]["norm"] == heat.data["norm"]
     assert bool(torch.isfinite(mon.history("update")).all())
     mon.close()
+
+
+def test_grad_scaler_overflow_steps_are_not_nan_flags() -> None:
+    """An inf gradient under GradScaler: the scaler skips the step and halves its scale (dynamic loss scaling
+    working as designed), so the monitor reports it in the summary, not as a NaN; without a scaler it is a NaN."""
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cpu")
+    mon = gv.GradientMonitor(model, optimizer=opt, scaler=scaler)
+    for i in range(5):
+        x, y = _batch(i)
+        out = model(x)
+        if i == 2:
+            out.register_hook(lambda g: g * math.inf)
+        scaler.scale(nn.functional.mse_loss(out, y)).backward()
+        mon.step()
+        before = [p.detach().clone() for p in model.parameters()]
+        scale = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        skipped = all(torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+        assert skipped == (i == 2) and (scaler.get_scale() < scale) == (i == 2)  # PyTorch: step 3 was skipped
+        opt.zero_grad()
+    mon.close()
+    assert not math.isfinite(mon.history("norm")[2, 0].item())
+    assert mon.amp_skipped == [3] and mon.flags() == []
+    assert "GradScaler skipped 1 recorded steps" in mon.summary()

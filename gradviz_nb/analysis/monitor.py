@@ -106,6 +106,19 @@ class GradientMonitor:
     ``scaler`` (``torch.amp.GradScaler``): recorded norms are divided by its scale unless the optimizer's
     gradients were already unscaled (``scaler.unscale_``), so they are the true gradient norms.
 
+    Verdicts (:meth:`flags`; thresholds in :class:`MonitorThresholds`):
+
+    - ``stale-grad``: checked on every step, recorded or not. With ``optimizer`` the check is armed when
+      ``optimizer.step()`` ends, so deliberate gradient accumulation between optimizer steps is never blamed.
+      Without it, it is armed at :meth:`step`; a ``GradScaler`` unscaling in place after that hides it
+      (pass ``optimizer``).
+    - ``not-in-optimizer``: with ``optimizer``, a parameter with a gradient in no param group; without it, one
+      whose version and norm stay put between recorded steps while others move. Its never-cleared ``.grad``
+      is not blamed on a missing ``zero_grad``. A param group with ``lr=0`` is told apart: ``update-size``.
+    - ``no-grad``, ``spike``, ``update-size`` (``optimizer`` needed; costs one copy of the weights, on recorded
+      steps only; ``update_ratio=False`` turns it off), ``clipping`` (``step(grad_norm=, max_norm=)``), ``nan``
+      (steps a ``GradScaler`` skipped for inf/NaN are dynamic loss scaling at work: listed, not flagged).
+
     Under ``torch.distributed`` every rank records; on recorded steps rank 0 gathers every rank's
     statistics (``per_rank``) and their reduction; other ranks never render.
     """
@@ -201,6 +214,9 @@ class GradientMonitor:
         self.max_norm: float | None = None
         self.scale_used: float | None = None
         """The GradScaler scale the last recorded norms were divided by (None: not scaled)."""
+        self.amp_skipped: list[int] = []
+        """Recorded steps with inf/NaN gradients that the GradScaler then skipped (its scale backed off)."""
+        self._amp_check: tuple[int, float] | None = None
 
     def _index_params(self, model: nn.Module) -> None:
         owner: list[int] = []
@@ -227,6 +243,7 @@ class GradientMonitor:
             raise GradvizError("this monitor was loaded from a file: it has a history but no model to record.")
         self.steps_seen += 1
         self._finish_update()
+        self._finish_scaler()
         if grad_norm is not None or max_norm is not None:
             self._count_clip(grad_norm, max_norm)
         if self._stale:
@@ -247,6 +264,10 @@ class GradientMonitor:
             self._gather(slot, stats)
         self._count += 1
         self._check_record(stats, present, wnorms)
+        scaler = self._scaler
+        bad = ~torch.isfinite(stats[:, _NORM]) & (stats[:, _MISSING] == 0)  # what flags() would call a NaN
+        if scaler is not None and scaler.is_enabled() and bool(bad.any()):
+            self._amp_check = (self.steps_seen, scaler.get_scale())
         self._pending = (slot, self.steps_seen) if self._opt_refs else None
         if self._listeners and time.monotonic() - self._last_push >= self.live_interval:
             self.push()
@@ -324,6 +345,15 @@ class GradientMonitor:
         dist.gather(stats.contiguous(), gathered, dst=0)
         if gathered is not None and self._rank_hist is not None:
             self._rank_hist[slot] = torch.stack(gathered)
+
+    def _finish_scaler(self) -> None:
+        """Non-finite gradients the GradScaler answered by skipping the step (its scale dropped) are normal
+        dynamic loss scaling, not a NaN to report."""
+        if self._amp_check is None or self._scaler is None:
+            return
+        (step, scale), self._amp_check = self._amp_check, None
+        if self._scaler.get_scale() < scale:
+            self.amp_skipped.append(step)
 
     # -- verdicts on each record -------------------------------------------------------------------
     def _check_record(self, stats: torch.Tensor, present: list[int], wnorms: list[float]) -> None:
@@ -637,7 +667,10 @@ class GradientMonitor:
         """Verdicts found while recording, plus NaN/Inf norms in the history and a clipping finding."""
         out = list(self.events)
         norms, missing, steps = self.history("norm"), self.history("missing"), self.steps
+        skipped = set(self.amp_skipped)
         for r, c in zip(*torch.nonzero(~torch.isfinite(norms) & (missing == 0), as_tuple=True), strict=True):
+            if steps[r] in skipped:
+                continue
             out.append((steps[r], Flag("nan", self.layers[c], "gradient norm is NaN or Inf")))
         out += self._clip_flags()
         return sorted(out, key=lambda e: e[0])
@@ -658,6 +691,9 @@ class GradientMonitor:
             last = upd[~upd.isnan().all(dim=1)][-1]
             lines.append(f"  update/weight ratio at the last measured step: median {last.nanmedian().item():.3g}, "
                          f"max {last.nan_to_num(-1).max().item():.3g} over layers (~1e-3 is typical)")
+        if self.amp_skipped:
+            lines.append(f"  GradScaler skipped {len(self.amp_skipped)} recorded steps with inf/NaN gradients (steps "
+                         f"{_steps(self.amp_skipped)}): normal dynamic loss scaling, not flagged")
         if self.scale_used is not None:
             lines.append(f"  norms divided by the GradScaler scale {self.scale_used:g} (gradients not yet unscaled)")
         flags = self.flags()
@@ -698,6 +734,7 @@ class GradientMonitor:
     def close(self) -> None:
         """Remove every hook (parameters' and optimizers'); the recorded history stays readable."""
         self._finish_update()
+        self._finish_scaler()
         for handle in [*self._handles, *self._opt_handles]:
             handle.remove()
         self._handles.clear()
@@ -720,7 +757,8 @@ class GradientMonitor:
             "hist": self._hist[: self._count].clone(), "steps": self._steps[: self._count].clone(),
             "rank_hist": None if self._rank_hist is None else self._rank_hist[: self._count].clone(),
             "events": [(s, f.kind, f.target, f.reason, list(f.params)) for s, f in self.events],
-            "clip": [k, n, self.max_norm], "scale_used": self.scale_used, "thresholds": asdict(self.thresholds),
+            "clip": [k, n, self.max_norm], "scale_used": self.scale_used, "amp_skipped": self.amp_skipped,
+            "thresholds": asdict(self.thresholds),
         }, path)
 
     @classmethod
@@ -751,6 +789,7 @@ class GradientMonitor:
         if "clip" in data:
             mon._clip_hits, mon._clip_steps, mon.max_norm = data["clip"]
         mon.scale_used = data.get("scale_used")
+        mon.amp_skipped = list(data.get("amp_skipped", []))
         return mon
 
 
