@@ -156,6 +156,10 @@ class _Probe:
     hit: bool = False
 
 
+def _dot(grad: torch.Tensor | None, t: torch.Tensor) -> float:
+    return 0.0 if grad is None else float((grad * t).sum())
+
+
 def _numbered(t: Any) -> bool:
     # float64 only: a finite difference with eps ~1e-6 through a float32 tensor would be rounding noise
     return isinstance(t, torch.Tensor) and t.requires_grad and t.dtype == torch.float64 and t.numel() > 0
@@ -247,10 +251,10 @@ class _Session:
             probe = _Probe(k, sign * self.eps * self.direction(k), call)
             with torch.no_grad():
                 obs, outs = self.run(probe)
-                if not probe.hit or len(obs.values) < len(self.shapes):
+                if not probe.hit or [t.shape for t in obs.values[:len(self.shapes)]] != self.shapes:
                     raise GradvizError("fn took another path when re-run; gv.gradcheck needs fn to do the same ops.")
                 ends.append(float(self.loss(outs)) if frontier is None else
-                            sum(self.dot_full(self.grads[m], obs.values[m]) for m in frontier))
+                            sum(_dot(self.grads[m], obs.values[m]) for m in frontier))
         return (ends[0] - ends[1]) / (2 * self.eps)
 
     def direction(self, k: int) -> torch.Tensor:
@@ -258,13 +262,6 @@ class _Session:
             v = torch.randn(self.shapes[k], generator=torch.Generator().manual_seed(SEED + 1 + k), dtype=torch.float64)
             self.directions[k] = v / v.norm()
         return self.directions[k]
-
-    def dot(self, grad: torch.Tensor | None, k: int) -> float:
-        return self.dot_full(grad, self.direction(k))
-
-    @staticmethod
-    def dot_full(grad: torch.Tensor | None, t: torch.Tensor) -> float:
-        return 0.0 if grad is None else float((grad * t).sum())
 
     def close(self, a: float, n: float) -> bool:
         return abs(a - n) <= self.atol + self.rtol * abs(n)
@@ -310,7 +307,7 @@ class _Session:
             for h in handles:
                 h.remove()
         self.grads = dict(zip(self.where, grads, strict=True))
-        return {k: self.dot(g, k) for k, g in self.grads.items()}
+        return {k: _dot(g, self.direction(k)) for k, g in self.grads.items()}
 
     def _localise(self) -> tuple[list[WrongGradient], list[str]]:
         self.at = {place: k for k, place in self.where.items()}
@@ -353,7 +350,7 @@ class _Session:
         return sorted(found)
 
     def _grad_in(self, node: str, slot: int, k: int) -> float:
-        return self.dot((*self.gin.get(node, ()), *[None] * (slot + 1))[slot], k)
+        return _dot((*self.gin.get(node, ()), *[None] * (slot + 1))[slot], self.direction(k))
 
     def _call_of(self, node: str) -> int | None:
         seq = self.g.nodes[node]["seq"]  # op calls never nest (the mode is off inside its handler)
