@@ -38,7 +38,7 @@ def _unhealthy(model: nn.Module) -> list[str]:
 
 def _monitor_flags(h: Healthy, steps: int = 4) -> list[str]:
     opt = torch.optim.AdamW([p for p in h.model.parameters() if p.requires_grad], lr=1e-3)
-    with gv.GradientMonitor(h.model) as monitor:
+    with gv.GradientMonitor(h.model, optimizer=opt) as monitor:
         for _ in range(steps):
             h.backward(h.loss())
             monitor.step()
