@@ -9,13 +9,20 @@ process (same caches, same machine load): plain, inside ``torch.autograd.detect_
 is cleared (set to None) before every run. The table gives the median and the minimum wall time
 (other processes only ever add time, so the minimum is the least disturbed run), the median process
 CPU time, and each median's ratio to plain. Target: find_nonfinite at most 1.5x plain and faster
-than anomaly mode. The script also checks that both tools find nothing on these healthy models.
+than anomaly mode. The script also checks that find_nonfinite finds nothing on these healthy models.
+
+First it times the candidate per-op checks on float32 tensors (minimum of 20 runs, result read into
+Python as the mode must): ``bool(torch.isfinite(t).all())``, ``math.isfinite(t.sum().item())`` (used;
+it can overflow to inf on huge finite values), ``(t * 0).sum()`` (the confirmation: NaN exactly when an
+element is NaN/Inf, never overflows), ``t.sum(dtype=torch.float64)`` and ``isnan(t).any() or isinf(t).any()``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import math
+import os
 import statistics
 import sys
 import time
@@ -54,6 +61,35 @@ def _find(step: Callable[[], None], model: nn.Module) -> None:
 
 VARIANTS: dict[str, Callable[[Callable[[], None], nn.Module], None]] = {
     "plain forward+backward": _plain, "detect_anomaly()": _anomaly, "gv.find_nonfinite": _find}
+
+
+CHECKS: dict[str, Callable[[torch.Tensor], bool]] = {
+    "isfinite(t).all()": lambda t: bool(torch.isfinite(t).all()),
+    "t.sum() (used)": lambda t: math.isfinite(t.sum().item()),
+    "(t * 0).sum() (confirmation)": lambda t: math.isfinite((t * 0).sum().item()),
+    "t.sum(dtype=float64)": lambda t: math.isfinite(t.sum(dtype=torch.float64).item()),
+    "isnan.any or isinf.any": lambda t: bool(torch.isnan(t).any()) or bool(torch.isinf(t).any()),
+}
+
+
+def bench_checks(sizes: list[int]) -> None:
+    print("\n### Per-op finiteness checks (float32, ms, minimum of 20)\n")
+    print("| check | " + " | ".join(f"{n:,} elements" for n in sizes) + " |")
+    print("|---|" + "---:|" * len(sizes))
+    tensors = [torch.randn(n, generator=torch.Generator().manual_seed(0)) for n in sizes]
+    for name, check in CHECKS.items():
+        cells = []
+        for t in tensors:
+            check(t)
+            best = math.inf
+            for _ in range(20):
+                t0 = time.perf_counter()
+                check(t)
+                best = min(best, time.perf_counter() - t0)
+            cells.append(f"{best * 1e3:.3f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    huge = torch.full((1_000_000,), 1e35)
+    print(f"\n1e6 finite values of 1e35: t.sum() = {huge.sum().item()}, (t * 0).sum() = {(huge * 0).sum().item()}")
 
 
 def bench(name: str, model: nn.Module, step: Callable[[], None], repeats: int) -> None:
@@ -100,8 +136,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    load = " ".join(f"{x:.1f}" for x in __import__("os").getloadavg())
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{machine_line(gv)}\nload average at start: {load}")
+    bench_checks([1_000, 1_000_000] if args.quick else [1_000, 100_000, 1_000_000, 10_000_000])
 
     torch.manual_seed(0)
     cfg = GPT2Config.small_test() if args.quick else GPT2Config(n_layer=args.layers)
@@ -129,7 +166,7 @@ def main() -> None:
 
     bench(f"ResNet18Like {sum(p.numel() for p in cnn.parameters()) / 1e6:.0f}M ({batch}x3x32x32)", cnn, cnn_step,
           repeats)
-    load = " ".join(f"{x:.1f}" for x in __import__("os").getloadavg())
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nload average at end: {load}")
 
 
