@@ -250,6 +250,38 @@ def spike() -> Outcome:
     return flag_outcome(truth, _findings(dx))
 
 
+class _LogHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.relu(self.fc(h)))  # the bug: log of a value that reaches 0
+
+
+def nan_origin() -> Outcome:
+    """A forward log(0) in module 'head'. Truth: relu really outputs zeros there and log(0) is -inf, so the
+    loss is not finite; the doctor names the forward log in 'head' (anomaly mode would name a backward node)."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("body", nn.Linear(8, 16))
+    model.add_module("head", _LogHead())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(_X).mean().backward()
+        opt.step()
+
+    with torch.no_grad():
+        zeros = bool((torch.relu(model.head.fc(model.body(_X))) == 0).any())
+        finite = bool(torch.isfinite(model(_X).mean()))
+    dx = gv.doctor(step, model, opt)
+    truth = {("nan-origin", "aten.log in head")} if zeros and not finite else set()
+    got = {(f.kind, f.target.replace(".default", "")) for f in dx.findings}
+    return flag_outcome(truth, got)
+
+
 def healthy_loop() -> Outcome:
     """A correct loop (AdamW, zero_grad, train mode, dropout): ok, no finding."""
     torch.manual_seed(0)
@@ -275,5 +307,6 @@ CASES: list[Case] = [
     Case("doctor-eval-mode", "mode", eval_mode),
     Case("doctor-unused-parameter", "unused-parameter", unused_parameter),
     Case("doctor-spike", "spike", spike),
+    Case("doctor-nan-origin", "nan-origin", nan_origin),
     Case("doctor-healthy-loop", "healthy", healthy_loop),
 ]

@@ -9,6 +9,7 @@ is put back (:class:`~gradviz_nb.doctor.state.TrainingState`), also when the ste
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -56,22 +57,74 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
     _check(step, model, optimizer, steps)
     saved = TrainingState.save(model, optimizer)
     records: list[StepRecord] = []
+    origin: Finding | None = None
     try:
         for i in range(1, steps + 1):
             records.append(observe_step(step, model, optimizer, i, records[-1] if records else None))
             if records[-1].error is not None:
                 break
+        bad = next((r for r in records if _nonfinite(r)), None)
+        if bad is not None and restore:
+            origin = _nan_origin(step, model, saved, bad)
     finally:
         if restore:
             saved.restore()
     failed = records[-1].error if records else None
     findings = _diagnose(records, model, optimizer)
+    if origin is not None:  # the birth explains every NaN gradient downstream of it
+        findings = [origin, *(f for f in findings if f.kind != "nan")]
     if failed is not None and not any(f.kind == "inplace" for f in findings):
         raise failed
     notes = [] if any(r.backwards for r in records) else [
         "the step ran no backward (no loss.backward()): only the model's structure was checked"]
     first = next((r for r in records if r.graph is not None), None)
     return Diagnosis(findings, len(records), restore, first.graph if first else None, notes)
+
+
+def _nonfinite(rec: StepRecord) -> bool:
+    loss_bad = rec.loss is not None and not math.isfinite(rec.loss)
+    return loss_bad or (rec.flow is not None and any(p.nonfinite for p in rec.flow.params))
+
+
+def _nan_origin(step: Callable[[], Any], model: nn.Module, saved: TrainingState, bad: StepRecord) -> Finding:
+    """Replay up to the step that went non-finite and run that one under gv.find_nonfinite."""
+    from gradviz_nb.analysis.nonfinite import find_nonfinite
+
+    saved.restore()
+    found = None
+    try:
+        for _ in range(bad.index - 1):
+            step()
+        found = find_nonfinite(step, model)
+    except Exception:  # the step failing on replay: the NaN/Inf stays reported, its origin unknown
+        found = None
+    if found is None:
+        return Finding("nan-origin", "(unknown)", f"NaN/Inf in the loss or the gradients at step {bad.index}",
+                       "replaying the step under gv.find_nonfinite did not reproduce it (randomness outside "
+                       "torch's RNG, or data that changes between calls)", "run gv.find_nonfinite(step, model) "
+                       "on the failing batch", bad.index)
+    where = found.module or "(top level)"
+    return Finding("nan-origin", f"{found.op} in {where}", f"{found.kind} born in the {found.phase} pass: "
+                   f"{found.cause}", "; ".join(line.strip() for line in found.summary().splitlines()),
+                   _NAN_FIX.get(found.cause, "guard the op's input (clamp, add an epsilon, or mask before it)"),
+                   bad.index, _call_node(bad, found.module))
+
+
+_NAN_FIX = {
+    "log(0)": "clamp the log's input: torch.log(x.clamp_min(eps)), or use log_softmax / logsumexp",
+    "log of a negative": "clamp the log's input to be positive, or fix the sign upstream",
+    "0/0": "add an epsilon to the divisor (x / (x.norm() + eps)) or torch.nn.functional.normalize",
+    "division by zero": "add an epsilon to the divisor, or mask zero rows",
+    "exp overflow": "subtract the max before exp (torch.softmax / logsumexp do it for you)",
+    "sqrt of a negative": "clamp before sqrt: torch.sqrt(x.clamp_min(0) + eps)",
+}
+
+
+def _call_node(rec: StepRecord, path: str) -> str:
+    if rec.graph is None or not path:
+        return ""
+    call = next((c for c in rec.graph.calls if c["path"] == path), None)
+    return f"call:{call['id']}" if call is not None else ""
 
 
 def _check(step: object, model: object, optimizer: object, steps: int) -> None:
