@@ -508,6 +508,88 @@ big.save_html(out)
 print(out.name, f"{out.stat().st_size / 1e6:.1f} MB")"""),
 ]
 
+DOCTOR = [
+    ("md", """# The doctor: what is wrong with my training loop?
+
+`gv.doctor(step, model, opt)` runs your own training step (twice: stale gradients only show on the second),
+watches everything it does, names each classic bug with the evidence it saw and a fix, and then puts the
+model, the optimizer, the random number generators and `.grad` back exactly as they were.
+
+Below, a small network and a training step with **four planted bugs**: the loop forgets `zero_grad()`, the
+optimizer misses a parameter, a block reads its weight through `.data`, and the head takes the `log` of a
+value that reaches 0. We ask the doctor, click its findings on the graph, and fix them one cell at a time."""),
+    ("code", """import torch
+from torch import nn
+import gradviz_nb as gv
+
+torch.manual_seed(0)
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+        self.use_data = True                                    # bug 3: .data cuts the gradient
+    def forward(self, h):
+        w = self.fc.weight.data if self.use_data else self.fc.weight
+        return h + torch.relu(nn.functional.linear(h, w, self.fc.bias))
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 1)
+        self.eps = 0.0                                          # bug 4: log of a value that reaches 0
+    def forward(self, h):
+        return torch.log(torch.relu(self.fc(h)) + self.eps)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.block, self.head = nn.Linear(8, 32), Block(), Head()
+    def forward(self, x):
+        return self.head(self.block(torch.relu(self.embed(x))))
+
+model = Net()
+x, y = torch.randn(64, 8), torch.randn(64, 1)
+opt = torch.optim.SGD([p for n, p in model.named_parameters() if n != "embed.bias"], lr=0.05)  # bug 2
+zero_grad = False                                               # bug 1: the loop forgets opt.zero_grad()
+
+def step():
+    if zero_grad:
+        opt.zero_grad()
+    loss = (model(x) - y).pow(2).mean()
+    loss.backward()
+    opt.step()
+
+dx = gv.doctor(step, model, opt)
+print(dx.summary())"""),
+    ("md", """Each finding says what is wrong, what was seen (the evidence) and the fix. The NaN's origin is the
+forward `log` in `head` (PyTorch's anomaly mode would point at a backward node, after the damage). On the
+graph, the findings are listed above it: click one to open the boxes around it and centre on it."""),
+    ("code", """w = gv.GraphWidget(dx, height=480)
+w"""),
+    ("md", """Fix the worst first: the NaN. An epsilon inside the log."""),
+    ("code", """model.head.eps = 1e-3
+dx = gv.doctor(step, model, opt)
+print(dx.summary())"""),
+    ("md", """Next, the `.data` read in `block`: use the parameter itself."""),
+    ("code", """model.block.use_data = False
+dx = gv.doctor(step, model, opt)
+print(dx.summary())"""),
+    ("md", """The optimizer: build it from `model.parameters()`."""),
+    ("code", """opt = torch.optim.SGD(model.parameters(), lr=0.05)
+dx = gv.doctor(step, model, opt)
+print(dx.summary())"""),
+    ("md", """And the stale gradients: clear them once per step."""),
+    ("code", """zero_grad = True
+dx = gv.doctor(step, model, opt)
+print(dx.summary())
+assert dx.ok"""),
+    ("md", """The doctor left no trace: the model's weights are the ones it started with, and `.grad` is as it was."""),
+    ("code", """before = {n: p.detach().clone() for n, p in model.named_parameters()}
+gv.doctor(step, model, opt)
+print("unchanged:", all(torch.equal(p, before[n]) for n, p in model.named_parameters()))"""),
+]
+
 if __name__ == "__main__":
     write("01_tour.ipynb", TOUR)
     write("02_what_if.ipynb", WHAT_IF)
@@ -515,3 +597,4 @@ if __name__ == "__main__":
     write("05_share_and_compare.ipynb", SHARE_AND_COMPARE)
     write("04_gradient_flow_and_adapters.ipynb", GRADIENT_FLOW)
     write("06_big_models.ipynb", BIG_MODELS)
+    write("07_doctor.ipynb", DOCTOR)

@@ -18,6 +18,7 @@ import pathlib
 from typing import TYPE_CHECKING, Any
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.widgets.finite_json import finite_json
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing.graph import AutogradGraph
@@ -149,7 +150,7 @@ def page_html(widget: GraphWidget, title: str | None = None) -> str:
     state = widget_state(widget)
     chunks = ""
     if "wiring" in state["graph_data"]:  # lazy: every box's records, for the fake model's load replies
-        embedded = script_json(widget.lazy_graph().all_chunks())
+        embedded = script_json(finite_json(widget.lazy_graph().all_chunks()))
         chunks = f'<script type="application/json" id="gradviz-chunks">{embedded}</script>\n'
     return PAGE.format(
         csp=CSP,

@@ -3,6 +3,7 @@
 // records where nothing is loaded yet), so the quotient, what-if, overlay and stepper code work on it
 // unchanged; `applyChunks` fills records in as the kernel (or an exported page) sends them.
 import type { Chunk, GraphEdge, GraphNode, GraphPayload, ModuleCall } from "../payload";
+import { reviveNodes } from "./finite";
 
 /** The top level as a "call" in `loaded` and in load requests. */
 export const TOP = "";
@@ -58,6 +59,7 @@ export function inflate(payload: GraphPayload): { payload: GraphPayload; lazy: L
  *  before the chunks arrived still points at the right records). */
 export function applyChunks(payload: GraphPayload, lazy: LazyState, chunks: readonly Chunk[]): void {
   for (const chunk of chunks) {
+    reviveNodes(chunk.nodes);
     for (const n of chunk.nodes) {
       const i = lazy.pos.get(n.id);
       if (i !== undefined) Object.assign(payload.nodes[i], n);

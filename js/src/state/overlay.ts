@@ -5,6 +5,7 @@ import type { GraphPayload, Overlay } from "../payload";
 import { binOf, fractionOf, scaleOf, withUnit, type Scale } from "./numbers";
 import { callKey, nodeKey, type CallIndex, type VisibleGraph } from "./quotient";
 import { addClass } from "./classes";
+import { reviveValues } from "./finite";
 
 export type Mark = Overlay["marks"][string];
 const MARK_ORDER: Mark[] = ["nan", "no-grad", "flag"];
@@ -12,7 +13,7 @@ const MARK_ORDER: Mark[] = ["nan", "no-grad", "flag"];
 /** `{}` (or anything without values and marks) is no overlay. */
 export function normalizeOverlay(o: Partial<Overlay> | null | undefined): Overlay | null {
   if (!o || typeof o !== "object") return null;
-  const values = o.values && typeof o.values === "object" ? o.values : {};
+  const values = o.values && typeof o.values === "object" ? reviveValues(o.values) : {};
   const marks = o.marks && typeof o.marks === "object" ? o.marks : {};
   if (Object.keys(values).length === 0 && Object.keys(marks).length === 0) return null;
   return {

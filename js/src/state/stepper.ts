@@ -10,6 +10,7 @@ import { nodeTitle } from "./labels";
 import { BINS, binOf, fmt, fmtVec, scaleOf, type Scale } from "./numbers";
 import type { VisibleGraph } from "./quotient";
 import { addClass } from "./classes";
+import { reviveRecording } from "./finite";
 
 /** Tensors with at most this many elements show "data | grad" on their node. */
 export const SMALL_LABEL = 4;
@@ -44,7 +45,7 @@ export function firstNonfinite(steps: RecordedStep[]): number {
 /** `{}` (or anything without steps) is no recording. */
 export function normalizeRecording(r: Partial<Recording> | null | undefined): Recording | null {
   if (!r || !Array.isArray(r.steps) || r.steps.length === 0) return null;
-  return { passes: Number(r.passes) || 1, steps: r.steps, values: r.values && typeof r.values === "object" ? r.values : {} };
+  return reviveRecording({ passes: Number(r.passes) || 1, steps: r.steps, values: r.values && typeof r.values === "object" ? r.values : {} });
 }
 
 /** Combined norm of a node's received gradients (all outputs); nonfinite if any is. */

@@ -3,6 +3,7 @@
 import { normalizeDiff } from "../state/diff";
 import { canonical } from "../state/expansion";
 import { foldedCalls, indexFolds } from "../state/fold";
+import { reviveNodes } from "../state/finite";
 import { inflate } from "../state/lazy";
 import { normalizeOverlay } from "../state/overlay";
 import { indexCalls } from "../state/quotient";
@@ -23,6 +24,7 @@ export function loadPayload(ctx: WidgetContext): void {
   ctx.loader.dispose();
   ctx.loader = newLoader(ctx);
   ({ payload: ctx.payload, lazy: ctx.lazy } = inflate(model.get("graph_data") || EMPTY));
+  reviveNodes(ctx.payload.nodes);
   ctx.index = indexCalls(ctx.payload);
   ctx.folds = indexFolds(ctx.payload, ctx.index);
   ctx.wi.toggles = normalizeToggles(model.get("toggles"));
