@@ -212,6 +212,65 @@ def eval_mode() -> Outcome:
     return flag_outcome(truth, _findings(dx))
 
 
+def train_mode_evaluation() -> Outcome:
+    """An evaluation step left in train() mode. Truth: dropout makes two evaluations of the same batch
+    differ, and batch norm's running mean moves."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 1))
+    scores: list[float] = []
+
+    def evaluate() -> None:
+        with torch.no_grad():
+            scores.append(nn.functional.mse_loss(model(_X), _Y).item())
+
+    dx = gv.doctor(evaluate, model)
+    mean = model[1].running_mean.clone()
+    evaluate()
+    evaluate()
+    truth = {("mode", "(model)")} if scores[-1] != scores[-2] and not torch.equal(mean, model[1].running_mean) \
+        else set()
+    return flag_outcome(truth, _findings(dx))
+
+
+def healthy_evaluation() -> Outcome:
+    """An evaluation in eval() mode under no_grad: ok."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 1))
+    model.eval()
+
+    def evaluate() -> None:
+        with torch.no_grad():
+            nn.functional.mse_loss(model(_X), _Y).item()
+
+    return flag_outcome(set(), _findings(gv.doctor(evaluate, model)))
+
+
+class _DataRead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(nn.functional.linear(x, self.a.weight.data, self.a.bias)))  # the bug
+
+
+def data_access() -> Outcome:
+    """A weight read through .data. Truth: its .grad stays None while its bias gets one."""
+    torch.manual_seed(0)
+    model = _DataRead()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step() -> None:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(_X), _Y).backward()
+        opt.step()
+
+    dx = gv.doctor(step, model, opt)
+    step()
+    truth = {("data-access", n) for n, p in model.named_parameters() if p.grad is None}
+    return flag_outcome(truth, _findings(dx))
+
+
 def unused_parameter() -> Outcome:
     """A head that is built but never used. Truth: its .grad stays None (DDP without
     find_unused_parameters fails on it)."""
@@ -306,6 +365,9 @@ CASES: list[Case] = [
     Case("doctor-inplace", "inplace", inplace),
     Case("doctor-eval-mode", "mode", eval_mode),
     Case("doctor-unused-parameter", "unused-parameter", unused_parameter),
+    Case("doctor-train-mode-evaluation", "mode", train_mode_evaluation),
+    Case("doctor-data-access", "data-access", data_access),
+    Case("doctor-healthy-evaluation", "healthy", healthy_evaluation),
     Case("doctor-spike", "spike", spike),
     Case("doctor-nan-origin", "nan-origin", nan_origin),
     Case("doctor-healthy-loop", "healthy", healthy_loop),

@@ -209,16 +209,26 @@ def spike_findings(records: list[StepRecord]) -> list[Finding]:
 
 
 def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
-    """A training step run in ``eval()`` mode: dropout off and batch norm frozen while the weights move."""
+    """Training in ``eval()`` (dropout off, batch norm frozen while the weights move), or evaluating in
+    ``train()`` (a step with a forward and no backward, while dropout drops and batch norm updates its
+    running statistics)."""
     stochastic = [p for p, m in model.named_modules()
                   if isinstance(m, (nn.Dropout, nn.modules.batchnorm._BatchNorm)) or "Dropout" in type(m).__name__]
+    if not stochastic:
+        return []
+    names = ", ".join(stochastic[:3])
     for rec in records:
-        if rec.training_at_backward is False and rec.moved and stochastic:
+        if rec.training_at_backward is False and rec.moved:
             return [Finding("mode", "(model)", "the training step ran in eval() mode",
                             f"at step {rec.index}'s backward model.training was False while {len(rec.moved)} "
-                            f"parameters moved; {len(stochastic)} modules behave differently in eval "
-                            f"({', '.join(stochastic[:3])})", "call model.train() before training steps",
-                            rec.index)]
+                            f"parameters moved; {len(stochastic)} modules behave differently in eval ({names})",
+                            "call model.train() before training steps", rec.index)]
+        ran_forward = rec.cap is not None and bool(rec.cap.calls)
+        if rec.backwards == 0 and ran_forward and rec.training_at_forward:
+            return [Finding("mode", "(model)", "an evaluation step ran in train() mode",
+                            f"step {rec.index} ran the model's forward with no backward while model.training was "
+                            f"True: {names} drop units / update running statistics as in training",
+                            "call model.eval() before evaluating (and model.train() after)", rec.index)]
     return []
 
 

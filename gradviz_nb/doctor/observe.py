@@ -37,6 +37,7 @@ class StepRecord:
     flow: GradientFlow | None = None
     loss: float | None = None
     training_at_backward: bool | None = None
+    training_at_forward: bool | None = None
     stale: dict[str, int] = field(default_factory=dict)  # parameter -> version its .grad still had
     moved: set[str] = field(default_factory=set)  # parameters whose value changed during the step
     error: BaseException | None = None
@@ -101,6 +102,7 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
                 rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
 
     hook = optimizer.register_step_pre_hook(before_optimizer_step) if optimizer is not None else None
+    rec.training_at_forward = model.training
     with capture(model) as cap:
         rec.cap = cap
         with _watch_backward(on_backward):
