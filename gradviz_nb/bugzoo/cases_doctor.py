@@ -7,6 +7,7 @@ moves, the gradient that really doubles, the error PyTorch really raises.
 from __future__ import annotations
 
 import copy
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -232,6 +233,55 @@ def train_mode_evaluation() -> Outcome:
     return flag_outcome(truth, _findings(dx))
 
 
+def dead_adapter() -> Outcome:
+    """LoRA adapters, base frozen, blocks.1.attn's output detached. Truth: those adapters' .grad stays None."""
+    from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+
+    torch.manual_seed(0)
+    model = add_lora(GPT2(GPT2Config.small_test()))
+    attn = model.blocks[1].attn
+    original = attn.forward
+    attn.forward = lambda h: original(h).detach()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+    def step() -> None:
+        opt.zero_grad()
+        gpt2_loss(model, batch=2).backward()
+        opt.step()
+
+    dx = gv.doctor(step, model, opt)
+    step()
+    dead = {n.split(".lora_")[0] for n, p in model.named_parameters() if p.requires_grad and p.grad is None}
+    cut = {(f.kind, f.target) for f in dx.findings if f.kind in ("detached", "unused-parameter")}
+    return flag_outcome({("dead-adapter", d) for d in dead}, _findings(dx), allowed=cut)
+
+
+def vanishing() -> Outcome:
+    """A 20-layer sigmoid MLP through the doctor: its first layers vanishing, judged as gradient_flow does."""
+    from gradviz_nb.bugzoo.cases_flow import deep_sigmoid
+
+    model = deep_sigmoid()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(64, 16, generator=torch.Generator().manual_seed(1)), torch.zeros(64, 1)
+
+    def step() -> None:
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    dx = gv.doctor(step, model, opt)
+    # the truth, from the real gradients: layers no step at lr 1 can move at float32 resolution must be
+    # named; layers more than 10x under the output layers' gradient/weight ratio may be
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    ratios = {n.rpartition(".")[0]: (p.grad.norm() / p.norm()).item()
+              for n, p in model.named_parameters() if n.endswith("weight")}
+    top = statistics.median(list(ratios.values())[-5:])
+    eps = torch.finfo(torch.float32).eps
+    return flag_outcome({("vanishing", k) for k, r in ratios.items() if r < eps}, _findings(dx),
+                        allowed={("vanishing", k) for k, r in ratios.items() if r < top / 10})
+
+
 def healthy_evaluation() -> Outcome:
     """An evaluation in eval() mode under no_grad: ok."""
     torch.manual_seed(0)
@@ -368,6 +418,8 @@ CASES: list[Case] = [
     Case("doctor-train-mode-evaluation", "mode", train_mode_evaluation),
     Case("doctor-data-access", "data-access", data_access),
     Case("doctor-healthy-evaluation", "healthy", healthy_evaluation),
+    Case("doctor-dead-adapter", "dead-adapter", dead_adapter),
+    Case("doctor-vanishing", "vanishing", vanishing),
     Case("doctor-spike", "spike", spike),
     Case("doctor-nan-origin", "nan-origin", nan_origin),
     Case("doctor-healthy-loop", "healthy", healthy_loop),
