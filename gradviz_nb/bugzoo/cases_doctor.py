@@ -34,6 +34,17 @@ def _mlp(seed: int = 0) -> nn.Sequential:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 
 
+def _training_step(opt: torch.optim.Optimizer, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    """The usual loop body: zero_grad, loss, backward, optimizer step."""
+
+    def step() -> None:
+        opt.zero_grad()
+        loss().backward()
+        opt.step()
+
+    return step
+
+
 _X, _Y = torch.randn(16, 8, generator=torch.Generator().manual_seed(3)), torch.randn(16, 1)
 
 
@@ -103,10 +114,7 @@ def not_a_parameter() -> Outcome:
     model = _PlainAttrs()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model(_X), _Y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(_X), _Y))
 
     dx = gv.doctor(step, model, opt)
     ids = {id(p) for p in model.parameters()}
@@ -124,10 +132,7 @@ def frozen_module() -> Outcome:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model[0].requires_grad_(False)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model(_X), _Y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(_X), _Y))
 
     dx = gv.doctor(step, model, opt)
     still = _never_moved(model, step)
@@ -150,10 +155,7 @@ def detached() -> Outcome:
     model = _Cut()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model(_X), _Y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(_X), _Y))
 
     dx = gv.doctor(step, model, opt)
     step()
@@ -180,10 +182,7 @@ def inplace() -> Outcome:
     model = _Inplace()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def step() -> None:
-        opt.zero_grad()
-        model(_X).sum().backward()
-        opt.step()
+    step = _training_step(opt, lambda: model(_X).sum())
 
     try:
         step()
@@ -203,10 +202,7 @@ def eval_mode() -> Outcome:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     model.eval()  # the bug (left over from an evaluation)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model(_X), _Y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(_X), _Y))
 
     dx = gv.doctor(step, model, opt)
     truth = {("mode", "(model)")} if not model.training else set()
@@ -244,10 +240,7 @@ def dead_adapter() -> Outcome:
     attn.forward = lambda h: original(h).detach()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
 
-    def step() -> None:
-        opt.zero_grad()
-        gpt2_loss(model, batch=2).backward()
-        opt.step()
+    step = _training_step(opt, lambda: gpt2_loss(model, batch=2))
 
     dx = gv.doctor(step, model, opt)
     step()
@@ -264,10 +257,7 @@ def vanishing() -> Outcome:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(64, 16, generator=torch.Generator().manual_seed(1)), torch.zeros(64, 1)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(x), y))
 
     dx = gv.doctor(step, model, opt)
     # the truth, from the real gradients: layers no step at lr 1 can move at float32 resolution must be
@@ -310,10 +300,7 @@ def data_access() -> Outcome:
     model = _DataRead()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model(_X), _Y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(_X), _Y))
 
     dx = gv.doctor(step, model, opt)
     step()
@@ -328,10 +315,7 @@ def unused_parameter() -> Outcome:
     model = nn.ModuleDict({"body": nn.Linear(8, 1), "aux": nn.Linear(8, 1)})
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model["body"](_X), _Y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model["body"](_X), _Y))
 
     dx = gv.doctor(step, model, opt)
     step()
@@ -377,10 +361,7 @@ def nan_origin() -> Outcome:
     model.add_module("head", _LogHead())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
-    def step() -> None:
-        opt.zero_grad()
-        model(_X).mean().backward()
-        opt.step()
+    step = _training_step(opt, lambda: model(_X).mean())
 
     with torch.no_grad():
         zeros = bool((torch.relu(model.head.fc(model.body(_X))) == 0).any())
@@ -397,10 +378,7 @@ def healthy_loop() -> Outcome:
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.1), nn.Linear(16, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def step() -> None:
-        opt.zero_grad()
-        nn.functional.mse_loss(model(_X), _Y).backward()
-        opt.step()
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(_X), _Y))
 
     return flag_outcome(set(), _findings(gv.doctor(step, model, opt)) | _findings(gv.doctor(step, model)))
 
