@@ -439,7 +439,7 @@ monitor.chart()"""),
         opt.zero_grad()
 monitor.push()                       # final state to the chart
 monitor.close()                      # no hooks left
-print(monitor.summary()[:700])"""),
+print(monitor.summary())"""),
     ("code", """monitor.save("/tmp/gradviz_monitor.pt")
 print(gv.GradientMonitor.load("/tmp/gradviz_monitor.pt"))"""),
 ]
