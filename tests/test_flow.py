@@ -11,6 +11,7 @@ from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.analysis.flow import layer_histograms, overlay
+from gradviz_nb.bugzoo.cases_flow import relative_moves
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, add_lora, gpt2_loss
 
 
@@ -25,18 +26,6 @@ def _mlp_chain(depth: int = 6, width: int = 16, seed: int = 0, act: type[nn.Modu
             nn.init.xavier_uniform_(linear.weight, gain=nn.init.calculate_gain("tanh"))
         layers += [linear, act()]
     return nn.Sequential(*layers)
-
-
-def _relative_moves(model: nn.Module, loss_fn: object, steps: int = 20, lr: float = 0.1) -> dict[str, float]:
-    """PyTorch truth for the depth trend: how far SGD moves each layer's weight, relative to its size."""
-    start = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss_fn(model).backward()  # type: ignore[operator]
-        opt.step()
-    return {n.rpartition(".")[0]: ((p.detach() - start[n]).norm() / start[n].norm()).item()
-            for n, p in model.named_parameters() if n.endswith("weight")}
 
 
 def _grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
@@ -125,7 +114,7 @@ def test_depth_trend_is_what_sgd_does() -> None:
     flagged = _kinds(flow).get("vanishing", [])
     assert set(_kinds(flow)) == {"vanishing"} and flagged[0] == "0", flow.summary()
     assert all("falls steadily with depth" in f.reason for f in flow.flags)
-    moves = _relative_moves(_mlp_chain(depth=8, xavier=False), lambda m: m(x).pow(2).mean())
+    moves = relative_moves(_mlp_chain(depth=8, xavier=False), lambda m: m(x).pow(2).mean(), steps=20)
     top = moves["14"]
     assert all(top > 10 * moves[layer] for layer in flagged), moves
     assert all(top < 10 * moves[layer] for layer in ("10", "12", "14")), moves
@@ -133,7 +122,7 @@ def test_depth_trend_is_what_sgd_does() -> None:
     chain = _mlp_chain(depth=8)
     chain(x).pow(2).mean().backward()
     assert gv.gradient_flow(chain).flags == []
-    moves = _relative_moves(_mlp_chain(depth=8), lambda m: m(x).pow(2).mean())
+    moves = relative_moves(_mlp_chain(depth=8), lambda m: m(x).pow(2).mean(), steps=20)
     assert moves["14"] < 3 * moves["0"], moves
 
 
