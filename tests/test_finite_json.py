@@ -51,3 +51,15 @@ def test_page_revives_the_numbers(browser: Any, tmp_path: Path) -> None:
     details = p.page.locator("[data-testid=gradviz-step-details]").inner_text()
     assert "NaN" in details or "inf" in details.lower()
     assert p.errors == []
+
+
+def test_finite_nodes_touches_only_non_finite_values() -> None:
+    from gradviz_nb.widgets.finite_json import finite_nodes
+
+    payload = {"nodes": [{"id": "a", "value": [1.0, 2.0]}, {"id": "b", "value": [math.nan, -math.inf]},
+                         {"id": "c", "value": None}], "edges": []}
+    out = finite_nodes(payload)
+    assert out["nodes"][0] is payload["nodes"][0] and out["nodes"][2] is payload["nodes"][2]
+    assert out["nodes"][1]["value"] == ["NaN", "-Infinity"] and payload["nodes"][1]["value"][1] == -math.inf
+    clean = {"nodes": [{"id": "a", "value": [1e308, 1e308]}], "edges": []}  # sums to inf, yet finite
+    assert finite_nodes(clean)["nodes"][0]["value"] == [1e308, 1e308]

@@ -18,7 +18,7 @@ from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.doctor.findings import Diagnosis
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture, trace
-from gradviz_nb.widgets.finite_json import finite_json
+from gradviz_nb.widgets.finite_json import finite_json, finite_nodes
 from gradviz_nb.widgets.lazy import LAZY_NODES, LazyGraph
 from gradviz_nb.widgets.payload import initial_expanded, to_payload
 from gradviz_nb.widgets.toggles import toggle_args
@@ -137,9 +137,13 @@ class GraphWidget(anywidget.AnyWidget):
         super().__init__(graph_data=graph_data, expanded=expanded, height=height, **kwargs)
         self.on_msg(self._on_page_message)
 
-    @traitlets.validate("graph_data", "recording", "overlay", "diff", "findings", "verified")
+    # NaN / Inf (a NaN value, gradient or norm: what users debug) cannot cross a comm as JSON.
+    @traitlets.validate("graph_data")
+    def _finite_graph(self, proposal: Any) -> Any:
+        return finite_nodes(proposal["value"])
+
+    @traitlets.validate("recording", "overlay", "diff", "findings", "verified")
     def _finite(self, proposal: Any) -> Any:
-        # NaN / Inf (a NaN value, gradient or norm: what users debug) cannot cross a comm as JSON
         return finite_json(proposal["value"])
 
     def lazy_graph(self) -> LazyGraph:
@@ -219,7 +223,7 @@ class GraphWidget(anywidget.AnyWidget):
         try:
             if not isinstance(calls, list):
                 raise GradvizError(f"load: 'calls' must be a list of module call ids, got {type(calls).__name__}.")
-            return {"kind": "chunks", "chunks": finite_json(self.lazy_graph().chunks(calls))}
+            return {"kind": "chunks", "chunks": [finite_nodes(c) for c in self.lazy_graph().chunks(calls)]}
         except Exception as err:  # reported to the page; raising here would only reach the comm's log
             message = str(err) if isinstance(err, GradvizError) else f"load failed: {type(err).__name__}: {err}"
             return {"kind": "chunks", "chunks": [], "error": message}
