@@ -103,7 +103,9 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   });
   const tooltip = createTooltip();
   body.append(details.element, stepper.details, legend.element, tooltip.element, searchBox.results);
-  root.append(toolbar.element, diffPanel.element, findingsPanel.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, body);
+  // The findings sit beside the graph, or above it when the cell is too narrow for both (flex-wrap).
+  const main = h("div", { class: "gradviz-main" }, findingsPanel.element, body);
+  root.append(toolbar.element, diffPanel.element, whatIfPanel.element, stepper.element, toolbar.info, toolbar.message, main);
   root.tabIndex = 0;
   // JupyterLab must not take the keys we handle while the widget has focus.
   root.setAttribute("data-lm-suppress-shortcuts", "true");
@@ -126,6 +128,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
 
   const setHeight = (): void => {
     body.style.height = `${Math.max(120, Number(model.get("height")) || 600)}px`;
+    root.style.setProperty("--gv-body-h", body.style.height); // the findings column never outgrows the graph
     view.resize();
   };
   const onKey = (e: KeyboardEvent): void => stepperKey(ctx, e);
