@@ -22,6 +22,7 @@ from gradviz_nb.analysis.grad_scale import pending_scale
 from gradviz_nb.analysis.layer_health import LayerHealth, Thresholds, check_layers
 from gradviz_nb.analysis.no_grad import adapter_switch_reasons, no_grad_reason
 from gradviz_nb.analysis.optimizer_check import optimizer_flags
+from gradviz_nb.analysis.sharded import all_reduce_rows, is_dtensor, local_part
 from gradviz_nb.errors import GradvizError
 
 if TYPE_CHECKING:
@@ -227,6 +228,40 @@ def _weight_norms(params: list[torch.Tensor]) -> list[float]:
     return norms
 
 
+def _sharded_stats(grads: list[torch.Tensor | None],
+                   params: list[torch.Tensor]) -> tuple[list[list[float]], list[float]]:
+    """:func:`_batched_stats` (of the gradients that are not None) and :func:`_weight_norms` when some
+    tensors are ``DTensor`` shards (FSDP2): local sums of squares, values, zeros and non-finite values of
+    each shard, then one ``SUM`` and one ``MAX`` all-reduce for everything
+    (:mod:`gradviz_nb.analysis.sharded`). Nothing is gathered. One row per parameter whether it has a
+    gradient or not, so every rank reduces buffers of the same size."""
+    n = len(params)
+    parts = [local_part(t) for t in params]
+    gparts = [local_part(g) if g is not None else None for g in grads]
+    meshes = [m for _, m, _ in parts] + [gp[1] if gp is not None else m for gp, (_, m, _) in zip(gparts, parts,
+                                                                                              strict=True)]
+    weight = torch.tensor([w for _, _, w in parts] + [gp[2] if gp is not None else 1.0 for gp in gparts],
+                          dtype=torch.float64)
+    sums = torch.zeros(2 * n, 4, dtype=torch.float64)  # sum of squares, sum, zeros, non-finite
+    maxes = torch.zeros(2 * n, dtype=torch.float64)
+    for i, (local, _, _) in enumerate(parts):
+        sums[i, 0] = local.detach().double().square().sum()
+    for i, gp in enumerate(gparts, start=n):
+        if gp is None:
+            continue
+        v, implicit = dense_values(gp[0])
+        v64 = v.double()
+        sums[i] = torch.stack([v64.square().sum(), v64.sum(), (v == 0).sum().double() + implicit,
+                               (~torch.isfinite(v)).sum().double()])
+        maxes[i] = v64.abs().max() if v.numel() else 0.0
+    sums *= weight[:, None]
+    all_reduce_rows(meshes, sums, maxes)
+    rows, top = sums.tolist(), maxes.tolist()
+    stats = [[math.sqrt(rows[i][0]), top[i], rows[i][1], rows[i][2], rows[i][3]]
+             for i, g in enumerate(grads, start=n) if g is not None]
+    return stats, [math.sqrt(r[0]) for r in rows[:n]]
+
+
 def _ratio(norm: float, weight_norm: float) -> float:
     if math.isnan(norm):
         return math.nan
@@ -250,8 +285,12 @@ def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | Non
         else:
             grad_of.append(next((given[n] for n in names if n in given), None))
     present = [g for g in grad_of if g is not None]
-    stats = iter(_batched_stats(present))
-    wnorms = _weight_norms([p for _, p in named])
+    if any(is_dtensor(t) for t in (*present, *(p for _, p in named))):  # FSDP2 shards: reduce, never gather
+        sharded, wnorms = _sharded_stats(grad_of, [p for _, p in named])
+        stats = iter(sharded)
+    else:
+        stats = iter(_batched_stats(present))
+        wnorms = _weight_norms([p for _, p in named])
     out = []
     for (names, p), g, wn in zip(named, grad_of, wnorms, strict=True):
         norm, max_abs, total, zeros, nonfinite = next(stats) if g is not None else [math.nan, math.nan, math.nan,
@@ -441,6 +480,10 @@ def gradient_flow(
     param group, or only in groups with lr 0). ``scaler``: a ``torch.amp.GradScaler`` whose
     ``unscale_`` has not run yet; its scale is divided out of every statistic.
 
+    Under FSDP2 (``fully_shard``: ``DTensor`` parameters and gradients) every statistic is that of the full
+    tensor, from this rank's shards plus one ``SUM`` and one ``MAX`` all-reduce (nothing is gathered); call
+    it on every rank, as any collective.
+
     Example::
 
         loss.backward()
@@ -508,24 +551,41 @@ def layer_histograms(model: nn.Module, bins: int = 32,
 
     Returns ``(edges, {layer: fractions})``: ``bins`` bins over :data:`HIST_RANGE` plus a first entry
     for exact zeros (so ``len(fractions) == bins + 1``). ``scale``: a factor ``.grad`` still carries (a
-    GradScaler's) to divide out. Reads ``.grad``; changes nothing.
+    GradScaler's) to divide out. Reads ``.grad``; changes nothing. A ``DTensor`` gradient (FSDP2) is
+    counted on this rank's shard and the counts are summed over its mesh (one all-reduce), so every rank
+    gets the histogram of the full gradient without gathering it.
     """
     lo, hi = HIST_RANGE
     edges = torch.linspace(lo, hi, bins + 1).tolist()
     counts: dict[str, torch.Tensor] = {}
+    shard_rows: list[tuple[str, Any, torch.Tensor]] = []  # (layer, mesh, counts of this rank's shard)
     for names, p in _named_params(model):
         g = p.grad
         layer = names[0].rpartition(".")[0]
         acc = counts.setdefault(layer, torch.zeros(bins + 1, dtype=torch.float64))
-        if g is None:
+        if is_dtensor(p) or is_dtensor(g):  # one row per sharded parameter, with or without a gradient
+            mesh = local_part(g if g is not None else p)[1]
+            acc = torch.zeros(bins + 1, dtype=torch.float64)
+            shard_rows.append((layer, mesh, acc))
+            if g is None:
+                continue
+            g, _, weight = local_part(g)
+        elif g is None:
             continue
+        else:
+            weight = 1.0
         values, implicit_zeros = dense_values(g)
         a = values.abs().flatten() / scale
         finite = a[torch.isfinite(a)]
         zeros = (finite == 0).sum() + implicit_zeros
         logs = finite[finite > 0].log10().clamp(lo, hi - 1e-6)
-        acc[0] += zeros.double().cpu()
-        acc[1:] += torch.histc(logs, bins=bins, min=lo, max=hi).double().cpu()
+        acc[0] += zeros.double().cpu() * weight
+        acc[1:] += torch.histc(logs, bins=bins, min=lo, max=hi).double().cpu() * weight
+    if shard_rows:
+        table = torch.stack([c for _, _, c in shard_rows])
+        all_reduce_rows([m for _, m, _ in shard_rows], table)
+        for (layer, _, _), row in zip(shard_rows, table, strict=True):
+            counts[layer] += row
     out = {}
     for layer, c in counts.items():
         total = float(c.sum())

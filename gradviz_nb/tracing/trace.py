@@ -110,8 +110,16 @@ def _trace(
 
 
 def _small(t: torch.Tensor) -> list[float] | None:
-    """Values of a tensor small enough to show on a node (teaching graphs), else None."""
-    return t.detach().flatten().tolist() if t.numel() <= SMALL_VALUE else None
+    """Values of a tensor small enough to show on a node (teaching graphs), else None.
+
+    Only metadata, never values, of tensor subclasses (FSDP2's ``DTensor`` shards: reading one would be a
+    collective) and of tensors whose storage is not allocated (FSDP2's unsharded parameters outside
+    forward are resized to zero bytes)."""
+    if t.numel() > SMALL_VALUE or type(t) not in (torch.Tensor, nn.Parameter):
+        return None
+    if t.numel() and t.untyped_storage().nbytes() < (t.storage_offset() + 1) * t.element_size():
+        return None
+    return t.detach().flatten().tolist()
 
 
 def _check_roots(roots: Any, model: nn.Module | None) -> list[torch.Tensor]:
@@ -228,6 +236,8 @@ def _leaf_names(
         by_tensor.setdefault(id(t), []).append(name)
     if model is not None and any(r.leaf is not None and hasattr(r.leaf, "_fqns") for r in raw):
         _name_flat_parameters(model, by_tensor)
+    if model is not None:
+        _name_unsharded_parameters(model, by_tensor)
     found = {}
     for r in raw:
         if r.leaf is not None:
@@ -250,6 +260,29 @@ def _name_flat_parameters(model: nn.Module, by_tensor: dict[int, list[str]]) -> 
             inner = path
         known = by_tensor.setdefault(id(flat), [])
         known += [n for q in fqns if (n := f"{inner}.{q}" if inner else str(q)) not in known]
+
+
+def _name_unsharded_parameters(model: nn.Module, by_tensor: dict[int, list[str]]) -> None:
+    """FSDP2 (``fully_shard``) registers sharded ``DTensor`` parameters on the module but runs forward with
+    unsharded copies: those are the leaves autograd accumulates into. Name each copy like the parameter it
+    is the unsharded form of (the names ``named_parameters()`` gives, without any wrapper prefix)."""
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        if get_state is None:
+            continue
+        state = get_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:
+            group = getattr(state, "_fsdp_param_group", None)
+            groups = [group] if group is not None else []
+        for group in groups:
+            for fp in getattr(group, "fsdp_params", ()):
+                sharded, unsharded = getattr(fp, "sharded_param", None), getattr(fp, "_unsharded_param", None)
+                if unsharded is None:
+                    continue
+                names = by_tensor.get(id(sharded)) or by_tensor.get(id(unsharded)) or []
+                known = by_tensor.setdefault(id(unsharded), [])
+                known += [n for n in names if n not in known]
 
 
 def _build(

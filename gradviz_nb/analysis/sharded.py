@@ -1,0 +1,75 @@
+"""Statistics of sharded tensors (FSDP2's ``DTensor`` parameters and gradients) without gathering them.
+
+A ``DTensor`` sharded over a device mesh holds one piece per rank (``to_local()``). Sums over the full
+tensor (of squares, of values, counts) are the sums of the local pieces' sums, so every rank computes
+its pieces' sums and one ``all_reduce(SUM)`` per mesh dimension adds them; maxima take one
+``all_reduce(MAX)``. Nothing is all-gathered. Dimensions where the tensor is replicated contribute each
+piece several times: their sums are weighted by ``1 / replicas``. ``Partial`` placements (pending
+reductions) are reduced first (``redistribute`` to ``Replicate``), the only case with another collective.
+
+Every rank of the mesh must make the same calls in the same order (as for any collective): the callers
+reduce fixed-size buffers built from the model's structure, never from what one rank happens to hold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["all_reduce_rows", "is_dtensor", "local_part"]
+
+
+def _dtensor_type() -> type | None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch built without distributed
+        return None
+    return DTensor
+
+
+def is_dtensor(t: object) -> bool:
+    """Whether ``t`` is a ``torch.distributed.tensor.DTensor`` (a sharded or replicated tensor)."""
+    cls = _dtensor_type()
+    return cls is not None and isinstance(t, cls)
+
+
+def local_part(t: torch.Tensor) -> tuple[torch.Tensor, Any, float]:
+    """``(local values, device mesh, weight of its sums)``; a plain tensor is ``(t, None, 1.0)``."""
+    if not is_dtensor(t):
+        return t, None, 1.0
+    d: Any = t.detach()
+    if any(p.is_partial() for p in d.placements):
+        from torch.distributed.tensor import Replicate
+
+        d = d.redistribute(d.device_mesh, [Replicate() if p.is_partial() else p for p in d.placements])
+    mesh = d.device_mesh
+    replicas = math.prod(mesh.size(i) for i, p in enumerate(d.placements) if p.is_replicate())
+    local: torch.Tensor = d.to_local()
+    return local, mesh, 1.0 / replicas
+
+
+def all_reduce_rows(meshes: Sequence[Any], sums: torch.Tensor, maxes: torch.Tensor | None = None) -> None:
+    """In place: each row ``i`` of ``sums`` (and of ``maxes``) with a mesh in ``meshes[i]`` becomes its sum
+    (max) over that mesh's ranks; rows with ``None`` stay. One ``SUM`` (and one ``MAX``) all-reduce per
+    dimension of each distinct mesh, in order of first appearance."""
+    import torch.distributed as dist
+
+    distinct: list[Any] = []
+    for m in meshes:
+        if m is not None and not any(m == o for o in distinct):
+            distinct.append(m)
+    for mesh in distinct:
+        rows = torch.tensor([i for i, m in enumerate(meshes) if m is not None and m == mesh], dtype=torch.long)
+        s = sums[rows].contiguous()
+        mx = maxes[rows].contiguous() if maxes is not None else None
+        for dim in range(mesh.ndim):
+            group = mesh.get_group(dim)
+            dist.all_reduce(s, dist.ReduceOp.SUM, group=group)
+            if mx is not None:
+                dist.all_reduce(mx, dist.ReduceOp.MAX, group=group)
+        sums[rows] = s
+        if maxes is not None and mx is not None:
+            maxes[rows] = mx
