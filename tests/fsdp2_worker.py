@@ -2,9 +2,10 @@
 per block, then the root) on gloo/CPU.
 
 Each rank traces a captured loss, runs `gv.gradient_flow`, `layer_histograms` and a `GradientMonitor`
-on the sharded model, and compares every number with the same function run on an unsharded copy whose
-parameters and `.grad` are the `full_tensor()`s. argv[2] is "lora" (adapters on c_attn/c_proj, base
-frozen) or "full". Writes what it found as JSON to argv[1]/rank<r>.json.
+(given the optimizer: it measures each update) on the sharded model, and compares every number with the
+same function run on an unsharded copy whose parameters and `.grad` are the `full_tensor()`s. argv[2] is
+"lora" (adapters on c_attn/c_proj, base frozen) or "full". Writes what it found as JSON to
+argv[1]/rank<r>.json.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def main(out_dir: Path, mode: str) -> None:
     names = [n for n, _ in model.named_parameters(remove_duplicate=False)]
     trainable = {n for n, p in model.named_parameters(remove_duplicate=False) if p.requires_grad}
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    monitor = gv.GradientMonitor(model)
+    monitor = gv.GradientMonitor(model, optimizer=opt)
     result: dict[str, Any] = {"rank": rank, "world": world, "errors": {}, "dtensor_grads": 0}
     errors: dict[str, float] = Counter()
 
@@ -76,6 +77,7 @@ def main(out_dir: Path, mode: str) -> None:
         return real_all_reduce(tensor, op, **kw)
 
     monitor_refs: list[list[float]] = []
+    update_refs: list[list[float]] = []
     for step in range(3):
         with gv.capture(model) as cap:
             loss = gpt2_loss(model, batch=2, seq=8, seed=10 * step + rank)  # type: ignore[arg-type]
@@ -131,12 +133,29 @@ def main(out_dir: Path, mode: str) -> None:
             assert edges == exp_edges and hist.keys() == exp_hist.keys()
             errors["histogram"] = max(abs(a - b) for k in hist for a, b in zip(hist[k], exp_hist[k], strict=True))
             result["n_params"] = len(flow.params)
-        opt.step()
+        calls.clear()
+        dist.all_reduce = counting_all_reduce  # type: ignore[assignment]
+        try:
+            opt.step()  # the monitor's step hooks measure ||w_after - w_before|| / ||w_before|| per layer
+            result["update_calls"] = dict(calls)
+            calls.clear()
+        finally:
+            dist.all_reduce = real_all_reduce  # type: ignore[assignment]
+        after = {n: p.detach().full_tensor() for n, p in model.named_parameters()}
+        upd = {layer: [0.0, 0.0] for layer in monitor.layers}
+        for name in monitor._names:
+            before = ref_params[name].detach().double()
+            upd[name.rpartition(".")[0]][0] += float((after[name].double() - before).square().sum())
+            upd[name.rpartition(".")[0]][1] += float(before.square().sum())
+        update_refs.append([math.sqrt(d) / math.sqrt(w) for d, w in upd.values()])
         opt.zero_grad()
 
     history = monitor.history().tolist()
     errors["monitor.norm"] = max(_rel(a, b) for rec, ref_rec in zip(history, monitor_refs, strict=True)
                                  for a, b in zip(rec, ref_rec, strict=True))
+    errors["monitor.update"] = max(_rel(a, b) for rec, ref_rec in zip(monitor.history("update").tolist(),
+                                                                     update_refs, strict=True)
+                                   for a, b in zip(rec, ref_rec, strict=True))
     result.update(errors=dict(errors), names=names, trainable=sorted(trainable), steps=monitor.steps,
                   monitor_layers=monitor.layers)
     monitor.close()

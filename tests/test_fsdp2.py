@@ -58,5 +58,7 @@ def test_fsdp2_trace_flow_monitor_equal_full_tensor(tmp_path: Path, mode: str) -
         assert r["monitor_calls"] == {"SUM": 1, "MAX": 1}
         assert r["flow_calls"] == {"SUM": 1, "MAX": 1}
         assert r["hist_calls"] == {"SUM": 1}
+        assert r["update_calls"] == {"SUM": 1}
+        assert "monitor.update" in r["errors"]
         assert r["steps"] == [1, 2, 3]
     assert ranks[0]["errors"] == ranks[1]["errors"]  # both ranks hold the same full-tensor statistics

@@ -545,15 +545,23 @@ class GradientMonitor:
                         self._decayed.add(i)
                     self._still_params[i] = f"lr={lr:g} in param group {k} of {type(opt).__name__}"
         if idx:
-            self._snap[id(opt)] = (idx, list(torch._foreach_mul([self._params[i].detach() for i in idx], 1.0)), lrs)
+            weights = [self._weight(i) for i in idx]
+            self._snap[id(opt)] = (idx, list(torch._foreach_mul(weights, 1.0)), lrs)
+
+    def _weight(self, i: int) -> torch.Tensor:
+        """Parameter ``i``'s values on this rank: a ``DTensor``'s local shard (FSDP2), else the tensor."""
+        p = self._params[i].detach()
+        return local_part(p)[0] if self._sharded else p
 
     def _post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         snap = self._snap.pop(id(opt), None)
         if snap is not None and self._pending is not None:
             idx, before, _ = snap
             wn = torch.stack(torch._foreach_norm(before, 2)).float().cpu()
-            torch._foreach_sub_(before, [self._params[i].detach() for i in idx])  # in place: no second copy
+            torch._foreach_sub_(before, [self._weight(i) for i in idx])  # in place: no second copy
             delta = torch.stack(torch._foreach_norm(before, 2)).float().cpu()
+            if self._sharded:  # norms of this rank's shards -> of the full tensors (one all-reduce)
+                wn, delta = self._reduce_update(idx, wn, delta)
             owner = self._owner[idx]
             self._upd_sq.index_add_(0, owner, delta**2)
             self._upd_w.index_add_(0, owner, wn**2)
@@ -565,6 +573,23 @@ class GradientMonitor:
                     self._still_params.pop(i, None)
         if self._stale_check:
             self._arm()
+
+    def _reduce_update(self, idx: list[int], wn: torch.Tensor,
+                       delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full-tensor weight and update norms from shard norms: squared, weighted, one ``SUM`` all-reduce
+        over a buffer with a row per parameter (the same size on every rank)."""
+        n = len(self._params)
+        sums = torch.zeros(2 * n, dtype=torch.float64)
+        meshes: list[Any] = [None] * (2 * n)
+        for i in range(n):
+            _, meshes[i], _ = local_part(self._params[i].detach())
+            meshes[n + i] = meshes[i]
+        rows = torch.tensor(idx, dtype=torch.long)
+        weights = torch.tensor([local_part(self._params[i].detach())[2] for i in idx], dtype=torch.float64)
+        sums[rows] = wn.double() ** 2 * weights
+        sums[n + rows] = delta.double() ** 2 * weights
+        all_reduce_rows(meshes, sums)
+        return sums[rows].sqrt().float(), sums[n + rows].sqrt().float()
 
     def _finish_update(self) -> None:
         """Judge the last record's update ratios (all optimizers have stepped by now)."""
