@@ -8,16 +8,16 @@ Example::
     gv.GraphWidget(loss, model=model, capture=cap)
 """
 
-from gradviz_nb.analysis.backward import BackwardRecording, record_backward
 from gradviz_nb.analysis.diff import GraphDiff, diff
-from gradviz_nb.analysis.flow import gradient_flow
-from gradviz_nb.analysis.gradcheck import GradCheck, gradcheck
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
-from gradviz_nb.analysis.monitor import GradientMonitor
-from gradviz_nb.analysis.nonfinite import NonFinite, find_nonfinite
 from gradviz_nb.doctor import Diagnosis, Finding, doctor
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.html import export_html
+from gradviz_nb.probes.backward import BackwardRecording, record_backward
+from gradviz_nb.probes.flow import gradient_flow
+from gradviz_nb.probes.gradcheck import GradCheck, gradcheck
+from gradviz_nb.probes.monitor import GradientMonitor
+from gradviz_nb.probes.nonfinite import NonFinite, find_nonfinite
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, unwatch, watch
 
 __all__ = [

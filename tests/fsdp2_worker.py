@@ -25,8 +25,8 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import gradviz_nb as gv
-from gradviz_nb.analysis.flow import layer_histograms
 from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+from gradviz_nb.probes.flow import layer_histograms
 
 
 def _rel(a: float, b: float) -> float:

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import gradviz_nb as gv
-from gradviz_nb.analysis.flow import layer_histograms, overlay
 from gradviz_nb.bugzoo.cases_flow import relative_moves
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, add_lora, gpt2_loss
+from gradviz_nb.probes.flow import layer_histograms, overlay
 
 
 def _mlp_chain(depth: int = 6, width: int = 16, seed: int = 0, act: type[nn.Module] = nn.Tanh,
@@ -32,7 +32,7 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
     return {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
 
 
-def _kinds(flow: gv.analysis.flow.GradientFlow) -> dict[str, list[str]]:  # type: ignore[name-defined]
+def _kinds(flow: gv.probes.flow.GradientFlow) -> dict[str, list[str]]:  # type: ignore[name-defined]
     out: dict[str, list[str]] = {}
     for f in flow.flags:
         out.setdefault(f.kind, []).append(f.target)

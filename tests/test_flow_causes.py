@@ -98,7 +98,7 @@ def test_sparse_embedding_gradients() -> None:
     assert s.sparse and abs(s.norm - dense.norm().item()) < 1e-5 * dense.norm().item()
     assert abs(s.max_abs - dense.abs().max().item()) < 1e-6
     assert abs(s.zero_frac - (dense == 0).double().mean().item()) < 1e-12
-    from gradviz_nb.analysis.flow import layer_histograms
+    from gradviz_nb.probes.flow import layer_histograms
 
     _, hists = layer_histograms(model)
     assert abs(sum(hists["0"]) - 1) < 1e-9 and abs(hists["0"][0] - (dense == 0).float().mean().item()) < 1e-6

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import gradviz_nb as gv
-from gradviz_nb.analysis.nonfinite import _finite, _watched_run
+from gradviz_nb.probes.nonfinite import _finite, _watched_run
 
 HERE = os.path.abspath(__file__)
 

@@ -1,1 +1,4 @@
-"""Pure functions over AutogradGraph (and torch where they must re-run): what-if, recording, flow."""
+"""Pure analyses of a traced graph (the data model) or of plain numbers: what-if, memory, diff, layer health.
+
+Nothing here runs a model, installs a hook or reads ``.grad``; that is ``gradviz_nb.probes``.
+"""

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 import gradviz_nb as gv
-from gradviz_nb.analysis.flow import GradientFlow
 from gradviz_nb.bugzoo.case import Case, Outcome, flag_outcome
+from gradviz_nb.probes.flow import GradientFlow
 
 Pairs = set[tuple[str, str]]
 
@@ -324,7 +324,7 @@ def grad_scaler_not_unscaled() -> Outcome:
 
 def sparse_embedding() -> Outcome:
     """``nn.Embedding(sparse=True)``: statistics and histograms of the sparse gradient, equal to its dense form."""
-    from gradviz_nb.analysis.flow import layer_histograms
+    from gradviz_nb.probes.flow import layer_histograms
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(50, 8, sparse=True), nn.Linear(8, 1))

@@ -88,7 +88,7 @@ def _nonfinite(rec: StepRecord) -> bool:
 
 def _nan_origin(step: Callable[[], Any], model: nn.Module, saved: TrainingState, bad: StepRecord) -> Finding:
     """Replay up to the step that went non-finite and run that one under gv.find_nonfinite."""
-    from gradviz_nb.analysis.nonfinite import find_nonfinite
+    from gradviz_nb.probes.nonfinite import find_nonfinite
 
     saved.restore()
     found = None

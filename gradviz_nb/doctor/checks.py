@@ -13,10 +13,10 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.flow import Flag
-from gradviz_nb.analysis.optimizer_check import optimizer_roles
 from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.observe import StepRecord
+from gradviz_nb.probes.flow import Flag
+from gradviz_nb.probes.optimizer_check import optimizer_roles
 from gradviz_nb.tracing.ghosts import InplaceWrite
 
 __all__ = ["findings_from_flow", "inplace_finding", "mode_findings", "not_a_parameter", "optimizer_findings",

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.flow import GradientFlow, gradient_flow
+from gradviz_nb.probes.flow import GradientFlow, gradient_flow
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
 
 __all__ = ["StepRecord", "observe_step"]

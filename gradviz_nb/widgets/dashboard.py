@@ -19,8 +19,8 @@ import ipywidgets
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.flow import GradientFlow, gradient_flow, layer_histograms, overlay
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.flow import GradientFlow, gradient_flow, layer_histograms, overlay
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.widgets.flow_charts import as_widget, chart_layers, flow_charts
 from gradviz_nb.widgets.graph_widget import GraphWidget

@@ -30,12 +30,12 @@ from bokeh.palettes import Category20_20, Viridis256
 from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
 
-from gradviz_nb.analysis.flow import HIST_RANGE, GradientFlow, ModuleStats
+from gradviz_nb.probes.flow import HIST_RANGE, GradientFlow, ModuleStats
 
 if TYPE_CHECKING:
     from bokeh.models import LayoutDOM
 
-    from gradviz_nb.analysis.monitor import GradientMonitor
+    from gradviz_nb.probes.monitor import GradientMonitor
 
 __all__ = ["as_widget", "flow_charts", "load_bokehjs", "monitor_chart", "norm_bars"]
 

@@ -12,11 +12,11 @@ import torch
 import traitlets
 from torch import nn
 
-from gradviz_nb.analysis.backward import BackwardRecording
-from gradviz_nb.analysis.rerun import Rerunnable
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.doctor.findings import Diagnosis
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward import BackwardRecording
+from gradviz_nb.probes.rerun import Rerunnable
 from gradviz_nb.tracing import AutogradGraph, Capture, trace
 from gradviz_nb.widgets.finite_json import finite_json, finite_nodes
 from gradviz_nb.widgets.lazy import LAZY_NODES, LazyGraph

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.rules import explain
+from gradviz_nb.analysis.derivatives import explain
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched

@@ -34,9 +34,9 @@ from typing import Any, TypeAlias
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.flow import Flag, GradientFlow, gradient_flow
-from gradviz_nb.analysis.sharded import all_reduce_rows, is_dtensor, local_part
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.flow import Flag, GradientFlow, gradient_flow
+from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
 
 __all__ = ["MONITOR_KINDS", "STATS", "GradientMonitor", "MonitorThresholds"]
 

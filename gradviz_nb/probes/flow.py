@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.grad_scale import pending_scale
 from gradviz_nb.analysis.layer_health import LayerHealth, Thresholds, check_layers
-from gradviz_nb.analysis.no_grad import adapter_switch_reasons, no_grad_reason
-from gradviz_nb.analysis.optimizer_check import optimizer_flags
-from gradviz_nb.analysis.sharded import all_reduce_rows, is_dtensor, local_part
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.grad_scale import pending_scale
+from gradviz_nb.probes.no_grad import adapter_switch_reasons, no_grad_reason
+from gradviz_nb.probes.optimizer_check import optimizer_flags
+from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing import AutogradGraph, Capture
@@ -233,7 +233,7 @@ def _sharded_stats(grads: list[torch.Tensor | None],
     """:func:`_batched_stats` (of the gradients that are not None) and :func:`_weight_norms` when some
     tensors are ``DTensor`` shards (FSDP2): local sums of squares, values, zeros and non-finite values of
     each shard, then one ``SUM`` and one ``MAX`` all-reduce for everything
-    (:mod:`gradviz_nb.analysis.sharded`). Nothing is gathered. One row per parameter whether it has a
+    (:mod:`gradviz_nb.probes.sharded`). Nothing is gathered. One row per parameter whether it has a
     gradient or not, so every rank reduces buffers of the same size."""
     n = len(params)
     parts = [local_part(t) for t in params]
