@@ -338,7 +338,7 @@ How a layer is judged (never against the median layer, which calls the healthy t
   or its gradient is 100x above every other layer's while large for its weights;
 * **vanishing**: even a step at learning rate 1 would not change the weights at their dtype's resolution, or
   the gradient/weight ratio falls steadily with depth, and this layer sits more than 10x under the output
-  layers. Every verdict in this notebook is checked against what PyTorch really does in `tests/bugzoo`."""),
+  layers. Every verdict in this notebook is checked against what PyTorch really does in `tests/unit/bugzoo`."""),
     ("code", """import torch
 from torch import nn
 import gradviz_nb as gv

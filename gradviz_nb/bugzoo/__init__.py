@@ -1,7 +1,7 @@
 """The bug zoo: classic training bugs and healthy models, each checked against PyTorch's own behaviour.
 
 ``python -m gradviz_nb.bugzoo`` prints the table (case, expected, got) and exits non-zero unless every
-bug is named and no healthy model gets a flag. ``tests/bugzoo/`` runs the same cases under pytest.
+bug is named and no healthy model gets a flag. ``tests/unit/bugzoo/`` runs the same cases under pytest.
 Cases live in one module per area; each module has a ``CASES`` list.
 """
 

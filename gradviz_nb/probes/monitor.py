@@ -52,7 +52,7 @@ SAVE_VERSION = 2
 @dataclass(frozen=True)
 class MonitorThresholds:
     """When the monitor raises a verdict (defaults chosen for zero flags on healthy MLP/SGD, MLP/Adam,
-    transformer/AdamW and LoRA/AdamW loops, see ``tests/test_monitor.py``).
+    transformer/AdamW and LoRA/AdamW loops, see ``tests/unit/test_monitor.py``).
 
     - ``no_grad_records``: a layer without any gradient (``None`` or exactly zero) on this many recorded
       steps in a row is ``no-grad``. One or two can be deliberate (alternating GAN losses, a branch not

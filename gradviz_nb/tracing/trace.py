@@ -331,7 +331,7 @@ def fill_digraph(
     The public methods copy every attribute dict and check each endpoint (43 ms for 10k nodes and 20k
     edges against 8.5 ms here: most of what tracing costs more than torchviz). Our nodes and edges are
     new, distinct and their dicts ours, so they go straight into NetworkX's documented dict-of-dicts
-    (``_node``, ``_succ``, ``_pred``); tests/test_trace.py checks the result equals the public path.
+    (``_node``, ``_succ``, ``_pred``); tests/unit/test_trace.py checks the result equals the public path.
     """
     if g.number_of_nodes():
         raise ValueError("fill_digraph needs an empty graph")

@@ -8,7 +8,7 @@ leaf names, edge slots), a few tens of bytes per node. When the user opens a box
 that call's records (``{"kind": "load", "calls": [...]}``) and gets one ``Chunk`` per call
 (:func:`chunks`): the eager records of its direct member nodes and the shapes of the edge slots that
 touch them. Skeleton plus every chunk rebuilds the eager payload exactly: the records come from the
-same functions, in the same order (``tests/test_lazy.py`` checks it).
+same functions, in the same order (``tests/unit/test_lazy.py`` checks it).
 
 Example::
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_ddp.py under `torchrun --nproc_per_node=2`: a tiny DDP training loop on gloo/CPU.
+"""Run by tests/unit/test_ddp.py under `torchrun --nproc_per_node=2`: a tiny DDP training loop on gloo/CPU.
 
 Each rank records with a GradientMonitor; rank 0 gathers per-rank and reduced statistics and writes
 them (plus what each rank saw) as JSON to the directory given as argv[1].

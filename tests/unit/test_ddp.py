@@ -23,7 +23,7 @@ def _free_port() -> int:
 
 def test_monitor_under_ddp_two_gloo_ranks(tmp_path: Path) -> None:
     port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKER.parents[1]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKER.parents[2]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
            "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER), str(tmp_path)]
     try:

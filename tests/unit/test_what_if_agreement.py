@@ -27,7 +27,7 @@ from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.widgets.payload import to_payload
 from gradviz_nb.widgets.toggles import toggle_args
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "js"
 ESBUILD = JS / "node_modules" / ".bin" / "esbuild"
 CASES_PER_GRAPH = 80

@@ -13,7 +13,7 @@ import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, TwiceCalled, gpt2_loss
 from gradviz_nb.widgets.payload import initial_expanded, to_payload
 
-CONTRACT = pathlib.Path(__file__).parent.parent / "js" / "src" / "payload.ts"
+CONTRACT = pathlib.Path(__file__).parents[2] / "js" / "src" / "payload.ts"
 
 
 def interface_fields(name: str, optional: bool = True) -> set[str]:
@@ -35,7 +35,7 @@ def gpt2_graph(n_layer: int = 12) -> gv.AutogradGraph:
 def test_payload_has_exactly_the_contract_fields() -> None:
     payload = to_payload(gpt2_graph(2))
     json.dumps(payload)  # plain JSON, nothing else
-    # Eager: everything but the lazy-mode fields (tests/test_lazy.py covers those).
+    # Eager: everything but the lazy-mode fields (tests/unit/test_lazy.py covers those).
     assert set(payload) == interface_fields("GraphPayload") - {"wiring", "loaded", "edge_shapes"}
     assert interface_fields("GraphPayload", optional=False) <= set(payload)
     assert set(payload["nodes"][0]) == interface_fields("GraphNode")

@@ -31,13 +31,6 @@ def _require_chromium() -> None:
     pytest.skip(msg)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.browser)
-
-
 @pytest.fixture(scope="session")
 def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabServer]:
     _require_chromium()
@@ -53,7 +46,7 @@ def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabS
 @pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
     """Headless Chromium. Module scope, not session: only one Playwright sync API may be live at a
-    time, and other test modules (tests/test_frontend_bundle.py) start their own."""
+    time, and other test modules (tests/page/test_frontend_bundle.py) start their own."""
     _require_chromium()
     from playwright.sync_api import sync_playwright
 

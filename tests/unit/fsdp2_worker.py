@@ -1,4 +1,4 @@
-"""Run by tests/test_fsdp2.py under `torchrun --nproc_per_node=2`: a tiny GPT-2 under FSDP2 (`fully_shard`
+"""Run by tests/unit/test_fsdp2.py under `torchrun --nproc_per_node=2`: a tiny GPT-2 under FSDP2 (`fully_shard`
 per block, then the root) on gloo/CPU.
 
 Each rank traces a captured loss, runs `gv.gradient_flow`, `layer_histograms` and a `GradientMonitor`

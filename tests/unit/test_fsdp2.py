@@ -1,6 +1,6 @@
 """gradviz under FSDP2 (`fully_shard`, DTensor parameters and gradients): two gloo processes on CPU (torchrun).
 
-tests/fsdp2_worker.py traces, runs gradient_flow, layer_histograms and a GradientMonitor on a sharded tiny
+tests/unit/fsdp2_worker.py traces, runs gradient_flow, layer_histograms and a GradientMonitor on a sharded tiny
 GPT-2 and compares every number with the same functions on an unsharded copy holding the `full_tensor()`s.
 """
 
@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 def _run(tmp_path: Path, mode: str) -> list[dict[str, Any]]:
     port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKER.parents[1]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(WORKER.parents[2]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
            "--master_addr=127.0.0.1", f"--master_port={port}", str(WORKER), str(tmp_path), mode]
     try:

@@ -1,2 +1,0 @@
-# A package, so `tests/browser/jupyterlab.py` (the harness) is imported as a submodule and never
-# shadows the real `jupyterlab` package on sys.path.

@@ -1,0 +1,30 @@
+"""Test tiers, told apart by folder (and marker, so `-m` can pick them):
+
+- ``tests/unit``: Python only (torch, NetworkX, nbclient kernels); marker ``unit``.
+- ``tests/page``: the built bundle in a blank page in headless Chromium, driven through the same fake
+  anywidget model that exported HTML pages embed (``tests/pagekit.py``); markers ``page`` and ``browser``.
+- ``tests/lab``: a real JupyterLab (or Notebook 7, marimo) in headless Chromium; markers ``lab`` and ``browser``.
+
+Shared helpers (``graphs.py``: traced models; ``pagekit.py``: the page mount) and ``fixtures/`` live here,
+and this directory is put on ``sys.path`` so every tier imports them by plain name.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+_TIERS = {"unit": ("unit",), "page": ("page", "browser"), "lab": ("lab", "browser")}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
+        for marker in _TIERS.get(parts[0], ()) if parts else ():
+            item.add_marker(getattr(pytest.mark, marker))
