@@ -12,6 +12,7 @@ from gradviz_nb.analysis.diff import GraphDiff, diff
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
 from gradviz_nb.doctor import Diagnosis, Finding, doctor
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.export.data import from_json, to_dot, to_graphml, to_json
 from gradviz_nb.export.html import export_html
 from gradviz_nb.probes.backward import BackwardRecording, record_backward
 from gradviz_nb.probes.flow import gradient_flow
@@ -39,10 +40,14 @@ __all__ = [
     "doctor",
     "export_html",
     "find_nonfinite",
+    "from_json",
     "gradcheck",
     "gradient_flow",
     "memory_held",
     "record_backward",
+    "to_dot",
+    "to_graphml",
+    "to_json",
     "trace",
     "unwatch",
     "watch",

@@ -220,13 +220,13 @@ Chromium (needs `apt-get install -y chromium`)."""),
 print(page, f"{page.stat().st_size / 1e6:.1f} MB")"""),
     ("md", """The graph as data: JSON that round-trips exactly, GraphML for NetworkX/Gephi/yEd (lists become JSON
 text), DOT for Graphviz."""),
-    ("code", """text = plain.to_json()
-again = gv.AutogradGraph.from_json(text)
+    ("code", """text = gv.to_json(plain)
+again = gv.from_json(text)
 assert list(again.nx.nodes(data=True)) == list(plain.nx.nodes(data=True)) and again.nx.graph == plain.nx.graph
-plain.to_graphml(out / "gpt2_small.graphml")
+gv.to_graphml(plain, out / "gpt2_small.graphml")
 h = nx.read_graphml(out / "gpt2_small.graphml")
 print(len(text), "characters of JSON;", h.number_of_nodes(), "nodes read back from GraphML")
-print(plain.to_dot()[:300], "...")"""),
+print(gv.to_dot(plain)[:300], "...")"""),
     ("md", """## 2. Before and after LoRA adapters
 
 `gv.diff(before, after)` matches leaves by parameter name (a wrapped `c_attn` whose weight is now

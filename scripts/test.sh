@@ -42,6 +42,7 @@ fi
 lint_paths=()
 for d in gradviz_nb tests benchmarks; do [ -e "$d" ] && lint_paths+=("$d"); done
 run "ruff" "$VBIN/ruff" check "${lint_paths[@]}"
+run "import layers" "$VBIN/lint-imports" --no-cache
 
 if [ -f mypy.ini ] || grep -q '^\[tool\.mypy\]' pyproject.toml 2>/dev/null \
    || grep -q '^\[mypy\]' setup.cfg 2>/dev/null; then

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -102,37 +101,11 @@ class AutogradGraph:
             g.what_if(detach=["blocks.3"]).lost      # ["blocks.0.attn.c_attn.weight", ...]
             g.what_if(freeze=["fc1"])                 # <WhatIf 2 of 4 leaves lose gradient: ...>
         """
-        from gradviz_nb.analysis.what_if import what_if  # analysis builds on tracing, not the reverse
+        # A declared facade (pyproject.toml [tool.importlinter]): the reasoning lives in analysis, which
+        # imports nothing of tracing, so this lazy import makes no cycle.
+        from gradviz_nb.analysis.what_if import what_if
 
         return what_if(self.nx, detach, freeze)
-
-    def to_json(self, indent: int | None = None) -> str:
-        """The whole graph as JSON text; :meth:`from_json` gives it back exactly. Example::
-
-            pathlib.Path("graph.json").write_text(g.to_json())
-        """
-        from gradviz_nb.export.data import to_json
-
-        return to_json(self, indent)
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> AutogradGraph:
-        """The graph :meth:`to_json` wrote. Example: ``gv.AutogradGraph.from_json(path.read_text())``."""
-        from gradviz_nb.export.data import from_json
-
-        return from_json(text)
-
-    def to_graphml(self, path: str | os.PathLike[str]) -> None:
-        """Write GraphML; list/dict/None attributes become JSON text (GraphML holds scalars only)."""
-        from gradviz_nb.export.data import to_graphml
-
-        to_graphml(self, path)
-
-    def to_dot(self) -> str:
-        """Graphviz DOT text (module calls as clusters), e.g. for ``dot -Tsvg``."""
-        from gradviz_nb.export.data import to_dot
-
-        return to_dot(self)
 
     def summary(self) -> str:
         """One line per kind and the most common ops, for a quick look."""
