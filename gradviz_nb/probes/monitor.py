@@ -23,6 +23,7 @@ resolution that halves as it grows. Verdicts are found online and kept as events
 from __future__ import annotations
 
 import math
+import sys
 import time
 import weakref
 from collections import deque
@@ -37,6 +38,8 @@ from torch import nn
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.flow import Flag, GradientFlow, gradient_flow
 from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
+from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
+from gradviz_nb.tracing.distributed import engines
 
 __all__ = ["MONITOR_KINDS", "STATS", "GradientMonitor", "MonitorThresholds"]
 
@@ -45,7 +48,11 @@ STATS = ("norm", "max_abs", "ratio", "missing", "update")
 and the optimizer's real update ``||Δw|| / ||w||`` (NaN unless the optimizer is given)."""
 _NORM, _MAX, _RATIO, _MISSING, _UPDATE = range(len(STATS))
 
-MONITOR_KINDS = ("stale-grad", "not-in-optimizer", "no-grad", "spike", "update-size", "clipping", "nan")
+MONITOR_KINDS = ("stale-grad", "not-in-optimizer", "no-grad", "spike", "update-size", "clipping", "nan",
+                 "replica-mismatch", "unused-on-rank")
+REPLICA_RTOL = 1e-5
+"""DDP replicas' gradient norms must agree after the all-reduce; they are bit-identical in practice (every
+rank averages the same buckets), so this only absorbs a reduction order differing across ranks."""
 SAVE_VERSION = 2
 
 
@@ -123,8 +130,21 @@ class GradientMonitor:
     Under ``torch.distributed`` every rank records; on recorded steps rank 0 gathers every rank's
     statistics (``per_rank``) and their reduction; other ranks never render. Under FSDP2 (``fully_shard``:
     ``DTensor`` parameters and gradients) each record's norms are those of the full tensors, from this
-    rank's shards and one all-reduce (no gather): every rank records the same numbers. Create the monitor
-    before the first forward or after a backward, when the module holds its sharded parameters.
+    rank's shards and one all-reduce (no gather): every rank records the same numbers, and ``per_rank``
+    holds each rank's own shard statistics. Create the monitor before the first forward or after a
+    backward, when the module holds its sharded parameters.
+
+    Given a ``DistributedDataParallel`` model (the wrapper, or a model holding one), rank 0 also checks what
+    DDP guarantees, on recorded steps:
+
+    - ``replica-mismatch``: a rank whose layer gradient norm differs from rank 0's (relative
+      :data:`REPLICA_RTOL`). After DDP's all-reduce every replica holds the same gradient; a difference means
+      backward ran under ``no_sync()`` before this optimizer step, or gradients were changed on one rank
+      after backward, and the replicas' weights will drift apart.
+    - ``unused-on-rank``: parameters that backward reached on some ranks but not on others since the last
+      :meth:`step` (a branch one rank skipped), the cause of DDP's "Expected to have finished reduction in
+      the prior iteration" error (with ``find_unused_parameters=True`` DDP copes, at a cost). Seen by tensor
+      hooks on the parameters; parameters no rank reached are ``no-grad`` instead.
     """
 
     def __init__(self, model: nn.Module | None, every: int = 1, capacity: int = 256, *,
@@ -141,6 +161,7 @@ class GradientMonitor:
         self.steps_seen = 0
         self.events: deque[tuple[int, Flag]] = deque(maxlen=max_events)
         """(step, Flag) verdicts, found as they happen."""
+        model = unwrap_compiled(model)  # torch.compile(model): same parameters, named without "_orig_mod."
         self._model_ref = weakref.ref(model) if model is not None else None
         self._params: list[nn.Parameter] = []
         self._names: list[str] = []
@@ -156,6 +177,14 @@ class GradientMonitor:
         self._rank_hist: torch.Tensor | None = None  # rank 0 under DDP: (capacity, world, layers, stats)
         if self._world[1] > 1 and self._world[0] == 0:
             self._rank_hist = torch.full((capacity, self._world[1], n, len(STATS)), math.nan)
+        self._local_stats: torch.Tensor | None = None  # FSDP2: this rank's shard statistics of the record
+        # DDP: replicas must agree (checked on rank 0), and backward must reach the same parameters everywhere
+        self._ddp = self._world[1] > 1 and model is not None and "ddp" in engines(model)
+        self._synced = [i for i, name in enumerate(self._names) if name not in _ddp_ignored(model)] \
+            if self._ddp else []
+        self._reached = [False] * n_params
+        self._mismatch = [False] * n
+        self._unused_reported: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
         self._listeners: list[Callable[[GradientMonitor], None]] = []
         self._last_push = 0.0
         # optimizer(s) and scaler
@@ -182,6 +211,9 @@ class GradientMonitor:
                 for i, p in enumerate(self._params) if p.requires_grad
             ]
         self._stale_check = bool(self._handles)
+        if self._ddp:  # which parameters backward reaches on this rank (DDP's reducer writes .grad for the rest)
+            self._handles += [self._params[i].register_hook(self._reach_hook(i))  # type: ignore[no-untyped-call]
+                              for i in self._synced if self._params[i].requires_grad]
         # not-in-optimizer
         self._nio_reported: set[int] = set()
         self._rec_prev: dict[int, tuple[int, float]] = {}  # param -> (version, weight norm) at the last record
@@ -228,6 +260,7 @@ class GradientMonitor:
         for name, p in model.named_parameters():  # each tensor once; a tied weight under its first name
             if not p.requires_grad:
                 continue  # frozen at attach time: nothing to learn, nothing to chart
+            name = real_name(name)  # a compiled submodule's "_orig_mod" is no part of the name
             layer = name.rpartition(".")[0]
             if layer not in self.layers:
                 self.layers.append(layer)
@@ -255,6 +288,7 @@ class GradientMonitor:
             self._report_stale()
         if not (self.steps_seen - 1) % (self.every * self.stride):
             self._record()
+        self._reached = [False] * len(self._params)
         if not self._opt_refs:
             self._arm()  # with an optimizer, the end of its step arms the check
 
@@ -266,7 +300,7 @@ class GradientMonitor:
         self._hist[slot] = stats
         self._steps[slot] = self.steps_seen
         if self._world[1] > 1:
-            self._gather(slot, stats)
+            self._gather(slot, stats if self._local_stats is None else self._local_stats)
         self._count += 1
         self._check_record(stats, present, wnorms)
         scaler = self._scaler
@@ -282,14 +316,14 @@ class GradientMonitor:
         n_layers = len(self.layers)
         out = torch.full((n_layers, len(STATS)), math.nan)
         present = [i for i, p in enumerate(self._params) if p.grad is not None]
-        with_grad = torch.zeros(n_layers)
         wlist: list[float] = []
         self._grad_nonzero = set()
         self.scale_used = None
+        local: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         if present:
             idx = self._owner if len(present) == len(self._params) else self._owner[present]
             if self._sharded:
-                norms, maxes, wnorms = self._sharded_norms(present)
+                norms, maxes, wnorms, local = self._sharded_norms(present)
             else:
                 grads = [_values(g) for i in present if (g := self._params[i].grad) is not None]
                 weights = [self._params[i].detach() for i in present]
@@ -302,38 +336,61 @@ class GradientMonitor:
             divisors = self._scale_divisors(present)
             if divisors is not None:
                 norms, maxes = norms / divisors, maxes / divisors
-            with_grad.index_add_(0, idx, torch.ones(len(present)))
-            out[:, _NORM] = torch.zeros(n_layers).index_add_(0, idx, norms**2).sqrt()
-            out[:, _MAX] = torch.full((n_layers,), -math.inf).scatter_reduce_(0, idx, maxes, "amax")
-            out[:, _RATIO] = out[:, _NORM] / torch.zeros(n_layers).index_add_(0, idx, wnorms**2).sqrt()
-            out[with_grad == 0, :_MISSING] = math.nan  # a layer without any gradient has no statistics
+                if local is not None:
+                    local = (local[0] / divisors, local[1] / divisors, local[2])
+            out = self._assemble(norms, maxes, wnorms, idx, len(present))
             wlist = wnorms.tolist()
             self._grad_nonzero = {i for i, v in zip(present, norms.tolist(), strict=True) if v != 0}
-        out[:, _MISSING] = self._per_layer - with_grad
+            if local is not None:  # what rank 0 gathers under FSDP2: this rank's own shards
+                self._local_stats = self._assemble(*local, idx, len(present))
+        else:
+            out[:, _MISSING] = self._per_layer
+            if self._sharded:
+                self._local_stats = out.clone()
         return out, present, wlist
 
-    def _sharded_norms(self, present: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _assemble(self, norms: torch.Tensor, maxes: torch.Tensor, wnorms: torch.Tensor, idx: torch.Tensor,
+                  n_present: int) -> torch.Tensor:
+        """(layers x STATS) from the norms, max |g| and weight norms of the parameters with a gradient, whose
+        layers are ``idx``."""
+        n_layers = len(self.layers)
+        out = torch.full((n_layers, len(STATS)), math.nan)
+        with_grad = torch.zeros(n_layers).index_add_(0, idx, torch.ones(n_present))
+        out[:, _NORM] = torch.zeros(n_layers).index_add_(0, idx, norms**2).sqrt()
+        out[:, _MAX] = torch.full((n_layers,), -math.inf).scatter_reduce_(0, idx, maxes, "amax")
+        out[:, _RATIO] = out[:, _NORM] / torch.zeros(n_layers).index_add_(0, idx, wnorms**2).sqrt()
+        out[with_grad == 0, :_MISSING] = math.nan  # a layer without any gradient has no statistics
+        out[:, _MISSING] = self._per_layer - with_grad
+        return out
+
+    def _sharded_norms(self, present: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                          tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Gradient norms, max |g| and weight norms of the ``present`` parameters when some are ``DTensor``
         shards (FSDP2): squared sums of this rank's shards, then one ``SUM`` and one ``MAX`` all-reduce over
-        a buffer with a row per parameter (same size on every rank), so each is the full tensor's norm."""
+        a buffer with a row per parameter (same size on every rank), so each is the full tensor's norm.
+        The fourth value: the same three of this rank's own shards (before the all-reduce)."""
         n = len(self._params)
         sums = torch.zeros(2 * n, dtype=torch.float64)  # gradient squared sums, then weight squared sums
         maxes = torch.zeros(2 * n, dtype=torch.float64)
         meshes: list[Any] = [None] * (2 * n)
+        own = torch.zeros(2 * n, dtype=torch.float64)  # the same sums, unweighted: this rank's pieces alone
         for i, p in enumerate(self._params):
             w, meshes[n + i], weight = local_part(p)
-            sums[n + i] = w.detach().double().square().sum() * weight
+            own[n + i] = w.detach().double().square().sum()
+            sums[n + i] = own[n + i] * weight
             g = p.grad
             if g is None:
                 meshes[i] = meshes[n + i]
                 continue
             local, meshes[i], weight = local_part(g)
             v = _values(local).double()
-            sums[i] = v.square().sum() * weight
+            own[i] = v.square().sum()
+            sums[i] = own[i] * weight
             maxes[i] = v.abs().max() if v.numel() else 0.0
-        all_reduce_rows(meshes, sums, maxes)
         rows = torch.tensor(present, dtype=torch.long)
-        return sums[rows].sqrt().float(), maxes[rows].float(), sums[n + rows].sqrt().float()
+        mine = (own[rows].sqrt().float(), maxes[rows].float(), own[n + rows].sqrt().float())
+        all_reduce_rows(meshes, sums, maxes)
+        return sums[rows].sqrt().float(), maxes[rows].float(), sums[n + rows].sqrt().float(), mine
 
     def _scale_divisors(self, present: list[int]) -> torch.Tensor | None:
         """Per present parameter, the GradScaler scale its ``.grad`` still carries (None: no scaler at work)."""
@@ -369,13 +426,67 @@ class GradientMonitor:
         self.stride *= 2
 
     def _gather(self, slot: int, stats: torch.Tensor) -> None:
+        """One gather to rank 0 per record: this rank's (layers x STATS) and, under DDP, which synced
+        parameters backward reached here. Rank 0 then checks that the replicas agree."""
         import torch.distributed as dist
 
         rank, world = self._world
-        gathered = [torch.empty_like(stats) for _ in range(world)] if rank == 0 else None
-        dist.gather(stats.contiguous(), gathered, dst=0)
-        if gathered is not None and self._rank_hist is not None:
-            self._rank_hist[slot] = torch.stack(gathered)
+        reached = torch.tensor([self._reached[i] for i in self._synced], dtype=stats.dtype)
+        mine = torch.cat([stats.flatten(), reached])
+        gathered = [torch.empty_like(mine) for _ in range(world)] if rank == 0 else None
+        dist.gather(mine, gathered, dst=0)
+        if gathered is None or self._rank_hist is None:
+            return
+        every = torch.stack(gathered)
+        self._rank_hist[slot] = every[:, : stats.numel()].reshape(world, *stats.shape)
+        if self._ddp:
+            self._check_replicas(self._rank_hist[slot])
+            self._check_reached(every[:, stats.numel():] > 0)
+
+    def _check_replicas(self, ranks: torch.Tensor) -> None:
+        """Rank 0 under DDP: every rank's layer gradient norms must equal rank 0's (all-reduced gradients)."""
+        synced = {int(self._owner[i]) for i in self._synced}
+        for c in range(len(self.layers)):
+            norms = ranks[:, c, _NORM].tolist()
+            ref = norms[0]
+            off = [(r, v) for r, v in enumerate(norms) if r and not math.isclose(v, ref, rel_tol=REPLICA_RTOL)
+                   and not (math.isnan(v) and math.isnan(ref))] if c in synced else []
+            if off and not self._mismatch[c]:
+                r, v = off[0]
+                others = f" (and ranks {', '.join(str(o) for o, _ in off[1:])})" if len(off) > 1 else ""
+                self._event("replica-mismatch", self.layers[c],
+                            f"rank {r}'s gradient norm {v:.4g} differs from rank 0's {ref:.4g}{others}; DDP "
+                            "replicas must agree after its all-reduce, so this optimizer step moves the ranks' "
+                            "weights apart. Was backward run under no_sync() before this step, or were the "
+                            "gradients changed on one rank after backward (scaled, clipped or zeroed per rank)?",
+                            tuple(self._names[i] for i in self._synced if int(self._owner[i]) == c))
+            self._mismatch[c] = bool(off)
+
+    def _check_reached(self, reached: torch.Tensor) -> None:
+        """Rank 0 under DDP: ``reached`` (world x synced parameters) says which ranks' backward reached each
+        parameter since the last step; one reached by some ranks only is named with the ranks."""
+        some, every = reached.any(dim=0), reached.all(dim=0)
+        partial = torch.nonzero(some & ~every).flatten().tolist()
+        by_ranks: dict[tuple[int, ...], list[int]] = {}
+        for j in partial:
+            missing = tuple(torch.nonzero(~reached[:, j]).flatten().tolist())
+            by_ranks.setdefault(missing, []).append(self._synced[j])
+        for missing, idx in by_ranks.items():
+            key = (missing, tuple(idx))
+            if key in self._unused_reported:
+                continue
+            self._unused_reported.add(key)
+            names = [self._names[i] for i in idx]
+            who = "rank " + str(missing[0]) if len(missing) == 1 else "ranks " + ", ".join(map(str, missing))
+            reached_by = [r for r in range(reached.shape[0]) if r not in missing]
+            shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
+            self._event("unused-on-rank", names[0] if len(names) == 1 else _common_prefix(names),
+                        f"backward on {who} never reached {shown}, which ranks {', '.join(map(str, reached_by))} "
+                        "did reach (a branch skipped on some ranks, or outputs left out of the loss there). DDP "
+                        "without find_unused_parameters=True fails on this with 'Expected to have finished "
+                        "reduction in the prior iteration'; with it, DDP averages in zeros for these parameters. "
+                        "Make every rank use the same parameters, or keep find_unused_parameters=True.",
+                        tuple(names))
 
     def _finish_scaler(self) -> None:
         """Non-finite gradients the GradScaler answered by skipping the step (its scale dropped) are normal
@@ -676,6 +787,12 @@ class GradientMonitor:
                     + ", ".join(x or "(top)" for x in layers[:8]) + (" ..." if len(layers) > 8 else ""),
                     tuple(names))
 
+    def _reach_hook(self, i: int) -> Callable[[torch.Tensor], None]:
+        def hook(_: torch.Tensor) -> None:  # backward computed a gradient for parameter i on this rank
+            self._reached[i] = True
+
+        return hook
+
     def _stale_hook(self, i: int) -> Callable[[torch.Tensor], None]:
         def hook(_: torch.Tensor) -> None:
             # Runs before the new gradient is added to .grad. If .grad is still the very tensor seen when the
@@ -704,7 +821,9 @@ class GradientMonitor:
         return self._hist[: self._count, :, STATS.index(stat)].clone()
 
     def per_rank(self, stat: str = "norm") -> torch.Tensor | None:
-        """Rank 0 under DDP: ``(records, world, layers)``; None elsewhere. (``"update"`` is measured after the
+        """Rank 0 under torch.distributed: ``(records, world, layers)``, each rank's statistics; None elsewhere.
+        Under DDP each rank's gradients; under FSDP2 each rank's own shards (the full tensors' norms, in
+        :meth:`history`, are the root of the sum of the ranks' squares). (``"update"`` is measured after the
         gather: it is NaN here; DDP ranks hold the same weights, so :meth:`history` has it.)"""
         if self._rank_hist is None:
             return None
@@ -775,6 +894,19 @@ class GradientMonitor:
         from gradviz_nb.widgets.flow_charts import monitor_chart
 
         return monitor_chart(self, **kwargs)
+
+    def to_tensorboard(self, writer_or_logdir: Any, *, histograms: bool = True, live: bool = False) -> Any:
+        """Write per-layer norms, ratios, updates and verdicts as TensorBoard scalars and, while the model holds
+        gradients, per-layer ``log10 |g|`` histograms (extra ``tensorboard``). ``live=True`` keeps writing after
+        each record (then call ``.close()`` on the returned
+        :class:`gradviz_nb.integrations.tensorboard.TensorBoardLog` at the end)."""
+        from gradviz_nb.integrations.tensorboard import TensorBoardLog  # declared facade: optional extra, on use
+
+        log = TensorBoardLog(self, writer_or_logdir, histograms=histograms, live=live)
+        log.write()
+        if not live:
+            log.close()  # closes only a writer it made from a directory
+        return log
 
     def on_record(self, listener: Callable[[GradientMonitor], None]) -> None:
         """Call ``listener(monitor)`` after records, at most every ``live_interval`` seconds."""
@@ -856,6 +988,29 @@ def _values(g: torch.Tensor) -> torch.Tensor:
     if g.layout != torch.strided:
         return g.values()
     return g
+
+
+def _ddp_ignored(model: nn.Module | None) -> set[str]:
+    """Parameter names DDP was told not to synchronise (``_set_params_and_buffers_to_ignore_for_model``)."""
+    ddp = getattr(sys.modules.get("torch.nn.parallel.distributed"), "DistributedDataParallel", None)
+    if model is None or ddp is None:
+        return set()
+    out: set[str] = set()
+    for prefix, m in model.named_modules():
+        if isinstance(m, ddp):
+            out |= {f"{prefix}.module.{n}" if prefix else f"module.{n}" for n in m.parameters_to_ignore}
+    return out
+
+
+def _common_prefix(names: list[str]) -> str:
+    """The longest dotted prefix shared by ``names`` (the module holding them), or "" (the model)."""
+    parts = [n.split(".") for n in names]
+    common: list[str] = []
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    return ".".join(common)
 
 
 def _steps(steps: Sequence[int]) -> str:

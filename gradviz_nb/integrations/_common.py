@@ -1,0 +1,55 @@
+"""What every integration shares: importing an optional package with an error that names its extra, and
+finding the user's model and optimizer inside the wrappers a framework puts around them."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradviz_nb.errors import GradvizError
+
+
+def require(module: str, extra: str, feature: str) -> ModuleType:
+    """Import ``module`` or raise a GradvizError saying which ``gradviz_nb`` extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:  # also a module set to None in sys.modules (how the tests simulate absence)
+        package = module.split(".")[0]
+        raise GradvizError(f"{feature} needs {package}: pip install gradviz_nb[{extra}]") from err
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The user's module inside DDP / DataParallel / FSDP1 (``.module``) and ``torch.compile`` (``._orig_mod``)
+    wrappers, so parameters keep the names the user gave them (``accelerate.prepare`` adds such wrappers)."""
+    seen = 0
+    while seen < 8:  # wrappers nest (DDP of a compiled model); a handful is plenty
+        seen += 1
+        orig = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule (no torch._dynamo import)
+        if isinstance(orig, nn.Module):
+            model = orig
+        elif isinstance(inner := getattr(model, "module", None), nn.Module) and type(model).__name__ in _WRAPPERS:
+            model = inner
+        else:
+            break
+    return model
+
+
+# Wrapper classes whose only job is to hold the real model under ``.module`` (checked by name: importing them
+# would import torch.distributed pieces or accelerate for nothing).
+_WRAPPERS = {"DistributedDataParallel", "DataParallel", "FullyShardedDataParallel", "DeepSpeedEngine"}
+
+
+def inner_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
+    """The ``torch.optim.Optimizer`` that really steps: accelerate's ``AcceleratedOptimizer`` and Lightning's
+    ``LightningOptimizer`` hold it under ``.optimizer`` (step hooks registered on the wrapper never fire)."""
+    for _ in range(4):
+        inner = getattr(optimizer, "optimizer", None)
+        if isinstance(inner, torch.optim.Optimizer):
+            optimizer = inner
+        else:
+            break
+    return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
