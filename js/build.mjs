@@ -44,8 +44,16 @@ const common = {
 
 if (flag("--tests")) {
   const dir = path.join(here, "test");
-  const entryPoints = readdirSync(dir).filter((f) => f.endsWith(".test.ts")).map((f) => path.join(dir, f));
-  await esbuild.build({ ...common, entryPoints, outdir: path.join(here, ".test-build"), platform: "node", outExtension: { ".js": ".mjs" }, logLevel: "warning" });
+  // Tests live in test/ (core) and next to their feature (src/features/<name>/*.test.ts); every one is
+  // bundled flat into .test-build/, so fixture paths resolve the same from each.
+  const featureDir = path.join(here, "src", "features");
+  const groups = [
+    readdirSync(dir).filter((f) => f.endsWith(".test.ts")).map((f) => path.join(dir, f)),
+    readdirSync(featureDir, { recursive: true }).map(String).filter((f) => f.endsWith(".test.ts")).map((f) => path.join(featureDir, f)),
+  ];
+  for (const entryPoints of groups) {
+    await esbuild.build({ ...common, entryPoints, outdir: path.join(here, ".test-build"), outbase: path.dirname(entryPoints[0]), platform: "node", outExtension: { ".js": ".mjs" }, logLevel: "warning", entryNames: "[name]" });
+  }
 } else {
   const options = { ...common, entryPoints: [path.join(here, "src", "index.ts")], outfile, minify: true, target: "es2020", platform: "browser" };
   if (flag("--watch")) {

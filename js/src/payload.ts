@@ -107,17 +107,31 @@ export interface Wiring {
   edges: number[];
 }
 
-/** Page -> Python (lazy mode): send me the records of these calls' direct member nodes. */
-export interface LoadRequest {
-  kind: "load";
+/** Page -> Python, one envelope for every request: `id` (unique per widget) comes back in the reply.
+ *  "load" (lazy mode): send me the records of these calls' direct member nodes; "verify": re-run
+ *  the model with the current toggles (the result arrives in the `verified` trait). */
+export interface PageRequest {
+  id: number;
+  kind: "load" | "verify";
+  body: LoadBody | Record<string, never>;
+}
+
+export interface LoadBody {
   calls: string[];
 }
 
-/** Python -> page: the answer to a `LoadRequest` (`error` set, chunks empty, when it failed). */
-export interface LoadReply {
-  kind: "chunks";
-  chunks: Chunk[];
+/** Python -> page: the answer to the request with the same `id` (`error` set when `ok` is false). */
+export interface PageReply {
+  id: number;
+  kind: "reply";
+  ok: boolean;
+  body?: LoadReplyBody | Record<string, never>;
   error?: string;
+}
+
+/** The body of a reply to "load": one chunk per asked call, in the order asked. */
+export interface LoadReplyBody {
+  chunks: Chunk[];
 }
 
 /** The full records of one call's direct member nodes, and the shapes of the edge slots that touch

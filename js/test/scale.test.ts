@@ -2,7 +2,7 @@
 // in the quotient, search ranking and the view cap. Run with `npm test`.
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
-import type { Chunk, GraphEdge, GraphNode, GraphPayload, LoadRequest, ModuleCall } from "../src/payload";
+import type { Chunk, GraphEdge, GraphNode, GraphPayload, PageReply, ModuleCall } from "../src/payload";
 import { drawnItems, neighbourhood, refusalText, VIEW_CAP } from "../src/state/cap";
 import { expand } from "../src/state/expansion";
 import { foldedCalls, foldedGroups, foldKey, indexFolds, unfoldForExpanded } from "../src/state/fold";
@@ -10,9 +10,9 @@ import { foldedLabel } from "../src/state/labels";
 import { applyChunks, inflate, missingCalls } from "../src/state/lazy";
 import { ChunkLoader } from "../src/state/loader";
 import { callKey, indexCalls, nodeKey, representative, visibleGraph } from "../src/state/quotient";
-import { overlayDecorations } from "../src/state/overlay";
-import { search } from "../src/state/search";
-import { whatIfIndex } from "../src/state/whatif";
+import { overlayDecorations } from "../src/features/overlay/state";
+import { search } from "../src/features/search/state";
+import { graphIndex } from "../src/state/graphindex";
 
 /** A model like GPT-2: x -> embed -> blocks.0..blocks.{n-1} (each: ln, fc box with a weight) -> ln_f -> loss. */
 function stacked(n: number): GraphPayload {
@@ -135,11 +135,11 @@ test("applyChunks: records and shapes patched in place; the lazy view equals the
   const { skeleton, chunks } = toLazy(eager);
   const { payload, lazy } = inflate(skeleton);
   const nodesArray = payload.nodes;
-  const wi = whatIfIndex(payload);
+  const wi = graphIndex(payload);
   const open = expand(new Set(), "blocks.1.fc", indexCalls(payload));
   applyChunks(payload, lazy!, missingCalls(lazy, open).map((c) => chunks.get(c)!));
   assert.equal(payload.nodes, nodesArray); // same objects: caches keyed on them stay valid
-  assert.equal(whatIfIndex(payload), wi);
+  assert.equal(graphIndex(payload), wi);
   assert.deepEqual(missingCalls(lazy, open), []);
   const lazyView = visibleGraph(payload, open);
   const eagerView = visibleGraph(eager, open);
@@ -152,33 +152,34 @@ test("applyChunks: records and shapes patched in place; the lazy view equals the
 });
 
 test("loader: one request in flight, later asks merged; stale replies applied; timeout names the calls", async () => {
-  const sent: LoadRequest[] = [];
+  const sent: string[][] = [];
   const loaded = new Set<string>([""]);
   const timers: (() => void)[] = [];
   const loader = new ChunkLoader({
-    send: (m) => sent.push(m),
+    send: (calls) => sent.push(calls) - 1, // the request id is its index in `sent`
     apply: (chunks) => chunks.forEach((c) => loaded.add(c.call)),
     isLoaded: (c) => loaded.has(c),
     setTimer: (f) => timers.push(f),
     clearTimer: () => undefined,
   });
   const chunk = (call: string): Chunk => ({ call, nodes: [], edge_shapes: [] });
+  const ok = (id: number, chunks: Chunk[]): PageReply => ({ id, kind: "reply", ok: true, body: { chunks } });
   const a = loader.load(["blocks.0", ""]);
   const b = loader.load(["blocks.1"]);
   const c = loader.load(["blocks.2"]);
-  assert.deepEqual(sent, [{ kind: "load", calls: ["blocks.0"] }]);
-  loader.receive({ kind: "chunks", chunks: [chunk("blocks.0")] });
+  assert.deepEqual(sent, [["blocks.0"]]);
+  loader.receive(ok(0, [chunk("blocks.0")]));
   await a;
-  assert.deepEqual(sent[1], { kind: "load", calls: ["blocks.1", "blocks.2"] });
-  loader.receive({ kind: "chunks", chunks: [chunk("blocks.1"), chunk("blocks.2")] });
+  assert.deepEqual(sent[1], ["blocks.1", "blocks.2"]);
+  loader.receive(ok(1, [chunk("blocks.1"), chunk("blocks.2")]));
   await Promise.all([b, c]);
   const d = loader.load(["blocks.3"]);
   timers[timers.length - 1]();
   await assert.rejects(d, /Could not load the contents of blocks\.3: no kernel is answering \(re-run the cell\)/);
   const e = loader.load(["blocks.4"]);
-  loader.receive({ kind: "chunks", chunks: [chunk("blocks.3")] }); // late answer to the timed-out request
+  loader.receive(ok(2, [chunk("blocks.3")])); // late answer to the timed-out request: applied, e still waits
   assert.ok(loaded.has("blocks.3"));
-  loader.receive({ kind: "chunks", chunks: [], error: "load: unknown module call ids \"blocks.4\"." });
+  loader.receive({ id: 3, kind: "reply", ok: false, error: "load: unknown module call ids \"blocks.4\"." });
   await assert.rejects(e, /blocks\.4: load: unknown module call ids/);
   assert.equal(await loader.load(["blocks.0"]), undefined); // already loaded: no request
   assert.equal(sent.length, 4);

@@ -4,7 +4,7 @@ Real mouse clicks switch on what-if mode and toggle a tensor (edge), an op, a le
 the synced ``toggles`` trait, the lost / pruned / cut marks (read through ``__gradviz.whatIf()`` and
 Cytoscape classes), Reset, the ``verified`` banner and ghost tensors are checked.
 
-``fixtures/whatif_ghosts.json`` is ``to_payload(gv.trace(loss, model=m, capture=cap))`` of::
+``fixtures/whatif_ghosts.json`` is ``page.graph(gv.trace(loss, model=m, capture=cap))`` of::
 
     enc (fc1 -> relu -> fc2) -> chunk(2) -> cat -> + frozen(h.detach()) -> head -> pow -> mean
     with m.frozen.requires_grad_(False): ghosts g0 = detach() of n8 (fc2's addmm), g1/g2 = frozen.*
@@ -200,7 +200,7 @@ def test_verified_banner_and_verify_button(browser: Any, tmp_path: Path) -> None
     p.page.screenshot(path=str(tmp_path / "disagree.png"))
     # The Verify button asks Python to re-run.
     p.page.click("[data-testid=gradviz-verify]")
-    assert p.js("() => gv.model.sent") == [{"kind": "verify"}]
+    assert p.js("() => gv.model.sent") == [{"id": 1, "kind": "verify", "body": {}}]  # the PageRequest envelope
     good = {**bad, "actual_lost": bad["predicted_lost"], "agree": True}
     p.js("(v) => gv.model.set('verified', v)", good)
     text = banner.inner_text()
@@ -251,13 +251,13 @@ def test_gpt2_124m_toggle_restyles_without_layout(browser: Any, tmp_path: Path) 
     torch = pytest.importorskip("torch")
     import gradviz_nb as gv
     from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
-    from gradviz_nb.widgets.payload import to_payload
+    from gradviz_nb.widgets import page
 
     torch.manual_seed(0)
     model = GPT2(GPT2Config())
     with gv.capture(model) as cap:
         loss = gpt2_loss(model)
-    payload = json.loads(json.dumps(to_payload(gv.trace(loss, model=model, capture=cap))))
+    payload = json.loads(json.dumps(page.graph(gv.trace(loss, model=model, capture=cap))))
     del model, loss, cap
     p = Page(browser, tmp_path, payload, height=800)
     p.page.click("[data-testid=gradviz-expand-all]")

@@ -24,8 +24,8 @@ import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, MHAModel, TwiceCalled, gpt2_loss
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.graph import AutogradGraph
-from gradviz_nb.widgets.payload import to_payload
-from gradviz_nb.widgets.toggles import toggle_args
+from gradviz_nb.widgets.page import graph as graph_payload
+from gradviz_nb.widgets.page.toggles import toggle_args
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "js"
@@ -43,7 +43,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(
         [
             str(ESBUILD),
-            "test/whatif_cli.ts",
+            "src/features/whatif/whatif_cli.ts",
             "--bundle",
             "--platform=node",
             "--format=esm",
@@ -173,7 +173,7 @@ def toggle_sets(g: AutogradGraph, payload: dict[str, Any], seed: int) -> Iterato
 @pytest.mark.parametrize("name", list(CORPUS))
 def test_page_and_python_agree(cli: Path, name: str) -> None:
     g = CORPUS[name]()
-    payload = json.loads(json.dumps(to_payload(g)))
+    payload = json.loads(json.dumps(graph_payload(g)))
     cases = list(toggle_sets(g, payload, seed=len(name)))
     answers = js_answers(cli, payload, cases)
     assert len(answers) == len(cases)
@@ -192,7 +192,7 @@ def test_page_and_python_agree(cli: Path, name: str) -> None:
 
 def test_multi_output_detach_cuts_only_that_output(cli: Path) -> None:
     g = chunk_unbind()
-    payload = json.loads(json.dumps(to_payload(g)))
+    payload = json.loads(json.dumps(graph_payload(g)))
     chunk = next(
         n
         for n, d in g.nx.nodes(data=True)

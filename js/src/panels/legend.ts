@@ -1,33 +1,8 @@
 // Colour legend (bottom left of the canvas; folds to its title line) and the hover tooltip. Text
 // only, never HTML.
-import { HEAT, HEAT_ZERO, MARK } from "../view/style";
+import type { LegendSpec } from "../core/feature";
+import { HEAT } from "../view/style";
 import { h, setText } from "./dom";
-
-/** Diff swatches: [border, fill] (the canvas uses the theme's versions of the same hues). */
-const DIFF_SWATCH: Partial<Record<LegendSwatch, [string, string]>> = {
-  added: ["#2e7d32", "#c8e6c9"],
-  removed: ["#d32f2f", "#fbe0e0"],
-  changed: ["#e65100", "#ffe6a8"],
-  gained: ["#2e7d32", ""],
-  lost: ["#d32f2f", ""],
-  box: ["#e65100", ""],
-};
-
-export interface LegendSpec {
-  title: string;
-  /** "log scale" / "linear scale" / "size ∝ value". */
-  scaleText: string;
-  min: string;
-  max: string;
-  /** Draw the colour ramp (false for encoding "size"). */
-  ramp: boolean;
-  /** Extra keyed items: [swatch kind, text]. */
-  items: [LegendSwatch, string][];
-}
-
-export type LegendSwatch =
-  | "zero" | "run" | "flow" | "neutral" | "no-grad" | "nan" | "flag"
-  | "added" | "removed" | "changed" | "gained" | "lost" | "box";
 
 export interface Legend {
   element: HTMLElement;
@@ -81,18 +56,10 @@ export function createLegend(onChange: () => void = () => {}): Legend {
       }
       if (spec.scaleText) parts.push(h("div", { class: "gradviz-legend-scale" }, spec.scaleText));
       const items = h("div", { class: "gradviz-legend-items" });
-      for (const [kind, text] of spec.items) {
+      for (const { kind, text, border, fill } of spec.items) {
         const sw = h("span", { class: `gradviz-sw gradviz-sw-${kind}` });
-        if (kind === "zero") sw.style.background = HEAT_ZERO;
-        if (kind === "run") sw.style.borderColor = MARK.run;
-        if (kind === "flow") sw.style.background = MARK.flow;
-        if (kind === "nan") sw.style.borderColor = MARK.nan;
-        if (kind === "flag") sw.style.borderColor = MARK.flag;
-        const diff = DIFF_SWATCH[kind];
-        if (diff) {
-          sw.style.borderColor = diff[0];
-          if (diff[1]) sw.style.background = diff[1];
-        }
+        if (border) sw.style.borderColor = border;
+        if (fill) sw.style.background = fill;
         items.append(h("span", { class: "gradviz-legend-item", "data-kind": kind }, sw, text));
       }
       if (spec.items.length) parts.push(items);

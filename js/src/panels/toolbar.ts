@@ -1,5 +1,5 @@
-// Toolbar (fit, zoom reset, re-layout, expand / collapse all, what-if, PNG / SVG download, search,
-// counts), the notes line and the message line.
+// Toolbar (fit, zoom reset, re-layout, expand / collapse all, PNG / SVG download, the features' tools
+// such as what-if and search, counts), the notes line and the message line.
 import { h, setText } from "./dom";
 
 export interface ToolbarActions {
@@ -9,8 +9,6 @@ export interface ToolbarActions {
   relayout(): void;
   expandAll(): void;
   collapseAll(): void;
-  /** Switch what-if mode (clicks toggle detach / freeze instead of opening boxes). */
-  whatIf(): void;
   /** Download the whole graph as PNG / SVG. */
   savePNG(): void;
   saveSVG(): void;
@@ -24,11 +22,11 @@ export interface Toolbar {
   setNotes(notes: readonly string[]): void;
   setMessage(text: string): void;
   setBoxesAvailable(available: boolean): void;
-  setWhatIfMode(on: boolean): void;
+  /** Where features put their own controls (what-if, search), before the counts. */
+  tools: HTMLElement;
 }
 
-/** `extra` (the search box) sits before the counts. */
-export function createToolbar(actions: ToolbarActions, extra: HTMLElement[] = []): Toolbar {
+export function createToolbar(actions: ToolbarActions): Toolbar {
   const button = (label: string, testid: string, title: string, onClick: () => void): HTMLButtonElement => {
     const b = h("button", { type: "button", "data-testid": testid, title }, label);
     b.addEventListener("click", onClick);
@@ -36,14 +34,7 @@ export function createToolbar(actions: ToolbarActions, extra: HTMLElement[] = []
   };
   const expandAll = button("Expand all", "gradviz-expand-all", "Open every module box", actions.expandAll);
   const collapseAll = button("Collapse all", "gradviz-collapse-all", "Close every module box", actions.collapseAll);
-  const whatIf = button(
-    "✂ What-if",
-    "gradviz-whatif-toggle",
-    "What-if mode: click tensors, ops, leaves and boxes to detach / freeze them and see which leaves lose gradient",
-    actions.whatIf,
-  );
-  whatIf.classList.add("gradviz-whatif-toggle");
-  whatIf.setAttribute("aria-pressed", "false");
+  const tools = h("span", { class: "gradviz-tools" });
   const counts = h("span", { class: "gradviz-counts", "data-testid": "gradviz-counts" });
   const element = h(
     "div",
@@ -53,10 +44,9 @@ export function createToolbar(actions: ToolbarActions, extra: HTMLElement[] = []
     button("Re-layout", "gradviz-relayout", "Lay the whole view out again (keeps the zoom)", actions.relayout),
     expandAll,
     collapseAll,
-    whatIf,
     button("PNG", "gradviz-png", "Download the whole graph as a PNG image", actions.savePNG),
     button("SVG", "gradviz-svg", "Download the whole graph as an SVG image", actions.saveSVG),
-    ...extra,
+    tools,
     counts,
   );
   const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });
@@ -80,8 +70,6 @@ export function createToolbar(actions: ToolbarActions, extra: HTMLElement[] = []
       expandAll.hidden = !available;
       collapseAll.hidden = !available;
     },
-    setWhatIfMode(on) {
-      whatIf.setAttribute("aria-pressed", String(on));
-    },
+    tools,
   };
 }

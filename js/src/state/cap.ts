@@ -5,7 +5,7 @@
 import type { GraphPayload } from "../payload";
 import { thousands } from "./labels";
 import { aggregateEdges, nodeKey, type VisibleCounts, type VisibleGraph, type VisibleItem } from "./quotient";
-import { whatIfIndex } from "./whatif";
+import { graphIndex } from "./graphindex";
 
 /** Most items (nodes and boxes) a view may draw. */
 export const VIEW_CAP = 3000;
@@ -38,7 +38,7 @@ export function tooBigText(items: number, boxes: boolean): string {
 /** The match plus nodes within `hops` edges upstream and downstream (breadth first, nearest first,
  *  at most `max` nodes), drawn flat. Edge indices stay payload edge indices (what-if works on it). */
 export function neighbourhood(payload: GraphPayload, nodeId: string, hops = NEIGHBOURHOOD_HOPS, max = NEIGHBOURHOOD_MAX): VisibleGraph {
-  const ix = whatIfIndex(payload);
+  const ix = graphIndex(payload);
   const start = ix.pos.get(nodeId);
   const keep = new Set<number>();
   if (start !== undefined) {

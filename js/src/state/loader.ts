@@ -1,8 +1,8 @@
 // Asks for the contents of module calls (lazy mode) and waits for the answer. One request is in
-// flight at a time; calls asked for meanwhile are merged into the next request. Replies carry no
-// request id, so a reply covering none of the in-flight calls (a late answer to a timed-out request)
-// is applied and the wait goes on. No DOM and no model: `send`, `apply` and the clock are injected.
-import type { Chunk, LoadReply, LoadRequest } from "../payload";
+// flight at a time; calls asked for meanwhile are merged into the next request. Each request has an
+// id (the `PageRequest` envelope); a reply to an older id (a late answer to a timed-out request) is
+// still applied, and the wait goes on. No DOM and no model: `send`, `apply` and the clock are injected.
+import type { Chunk, LoadReplyBody, PageReply } from "../payload";
 
 export const LOAD_TIMEOUT_MS = 20_000;
 
@@ -24,7 +24,8 @@ function batch(): Batch {
 }
 
 export interface LoaderOptions {
-  send(msg: LoadRequest): void;
+  /** Send a "load" request for `calls`; returns the request's id. */
+  send(calls: string[]): number;
   /** Apply chunks to the payload (marks their calls loaded). */
   apply(chunks: readonly Chunk[]): void;
   isLoaded(call: string): boolean;
@@ -35,6 +36,7 @@ export interface LoaderOptions {
 
 export class ChunkLoader {
   private inflight: Batch | null = null;
+  private inflightId = -1;
   private queued: Batch | null = null;
   private timer: unknown = null;
   private readonly opts: Required<LoaderOptions>;
@@ -67,17 +69,15 @@ export class ChunkLoader {
     return promise;
   }
 
-  /** A custom message from Python (or the exported page's fake model). */
-  receive(msg: unknown): void {
-    const reply = msg as Partial<LoadReply> | null;
-    if (!reply || reply.kind !== "chunks") return;
-    const chunks = Array.isArray(reply.chunks) ? reply.chunks : [];
+  /** A reply from Python (or the exported page's fake model) to one of our "load" requests. */
+  receive(reply: PageReply): void {
+    const body = (reply.ok ? reply.body : undefined) as Partial<LoadReplyBody> | undefined;
+    const chunks = body && Array.isArray(body.chunks) ? body.chunks : [];
     if (chunks.length) this.opts.apply(chunks);
     const b = this.inflight;
-    if (!b) return;
-    if (!reply.error && !chunks.some((c) => b.calls.has(c.call))) return; // stale reply
+    if (!b || reply.id !== this.inflightId) return; // stale: its chunks (if any) are applied above
     const missing = [...b.calls].filter((c) => !this.opts.isLoaded(c));
-    if (reply.error) this.finish(new Error(failText(missing, reply.error)));
+    if (!reply.ok) this.finish(new Error(failText(missing, reply.error || "the kernel could not answer")));
     else if (missing.length) this.finish(new Error(failText(missing, "the kernel sent nothing for them")));
     else this.finish(null);
   }
@@ -107,7 +107,7 @@ export class ChunkLoader {
       this.timer = null;
       this.finish(new Error(failText([...b.calls], "no kernel is answering (re-run the cell)")));
     }, this.opts.timeoutMs);
-    this.opts.send({ kind: "load", calls: [...b.calls] });
+    this.inflightId = this.opts.send([...b.calls]);
   }
 
   private finish(err: Error | null): void {

@@ -1,6 +1,6 @@
 // The canvas: Cytoscape draws, ELK (in a worker) places. Knows nothing of the anywidget model.
 import cytoscape from "cytoscape";
-import type { Core, ElementDefinition, EventObject, NodeSingular } from "cytoscape";
+import type { Core, ElementDefinition, EventObject, NodeSingular, StylesheetJson } from "cytoscape";
 import { collapsedLabel, expandedLabel, foldedLabel, ghostLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { BOX_PADDING } from "./elkgraph";
@@ -81,7 +81,7 @@ export class GraphView {
   }
   /** The graph currently drawn (null before the first layout). */
   shown: VisibleGraph | null = null;
-  private whatIfMode = false;
+  private tapEdges = false;
   private paintState: Paint = EMPTY_PAINT;
   /** Edges of the selected node (class "hl"). */
   private hl = new Set<string>();
@@ -449,9 +449,16 @@ export class GraphView {
   }
 
   /** What-if mode: edges (tensors) take clicks, with Cytoscape's hit tolerance around the line. */
-  setWhatIfMode(on: boolean): void {
-    this.whatIfMode = on;
-    // A click toggles in what-if mode: Cytoscape must not select what was clicked.
+  /** A theme and the features' Cytoscape rules for it (from `Feature.styles`, in stylesheet order). */
+  setStyles(theme: Theme, featureRules: StylesheetJson): void {
+    this.theme = theme;
+    this.cy.style(stylesheet(theme, featureRules));
+  }
+
+  /** Edges take clicks and nothing gets selected (a feature, such as what-if, turns clicks into toggles). */
+  setTapEdges(on: boolean): void {
+    this.tapEdges = on;
+    // A click toggles: Cytoscape must not select what was clicked.
     if (on) this.cy.$(":selected").unselect();
     this.cy.autounselectify(on);
     this.paint(this.paintState);
@@ -478,7 +485,7 @@ export class GraphView {
    *  in place (a badge line, a snowflake, "data | grad") and never shrinks below its laid-out size. */
   paint(p: Paint): void {
     this.paintState = p;
-    const tap = this.whatIfMode ? " wi-tap" : "";
+    const tap = this.tapEdges ? " tap-edge" : "";
     this.cy.batch(() => {
       this.cy.elements().forEach((ele) => {
         const id = ele.id();

@@ -28,7 +28,8 @@ function heatRules(t: Theme): StylesheetJson {
   return rules;
 }
 
-export function stylesheet(t: Theme): StylesheetJson {
+/** The core's rules, then `featureRules` (see `features/index.ts`), then the selection on top. */
+export function stylesheet(t: Theme, featureRules: StylesheetJson = []): StylesheetJson {
   return [
     {
       selector: "node",
@@ -178,105 +179,12 @@ export function stylesheet(t: Theme): StylesheetJson {
       selector: "edge.ghost",
       style: { "line-style": "dashed", "line-dash-pattern": [4, 3], "line-color": t.ghost, "target-arrow-color": t.ghost, width: 1, events: "no" },
     },
-    // --- Overlay and stepper colours (one "heat-<bin>" class per element), and overlay marks. ---
+    // --- Heat colours (one "heat-<bin>" class per element: the overlay's values, the stepper's gradients). ---
     ...heatRules(t),
-    { selector: "node.ov-no-grad", style: { "border-color": t.danger, "border-style": "dashed", "border-width": 3 } },
-    { selector: "node.ov-nan", style: { "border-color": MARK.nan, "border-style": "solid", "border-width": 3.5 } },
-    { selector: "node.ov-flag", style: { "border-color": MARK.flag, "border-style": "solid", "border-width": 3 } },
-    // --- Diff view (before / after): added green, removed red and dashed, changed amber; leaves that
-    // gained / lost a gradient path get a thick outline; boxes with changes inside an amber outline. ---
-    { selector: "node.df-added", style: { "background-color": t.addedFill, "border-color": t.added, "border-width": 2.5, "border-style": "solid" } },
-    {
-      selector: "node.df-removed",
-      style: { "background-color": t.removedFill, "border-color": t.removed, "border-width": 2.5, "border-style": "dashed", color: t.removed, "font-style": "italic" },
-    },
-    { selector: "node.df-changed", style: { "background-color": t.changedFill, "border-color": t.changed, "border-width": 2.5, "border-style": "solid" } },
-    { selector: 'node.df-added[kind = "expanded"]', style: { "background-color": t.expandedFill, "border-opacity": 1, color: t.added } },
-    { selector: 'node.df-removed[kind = "expanded"]', style: { "background-color": t.expandedFill, "border-opacity": 1 } },
-    { selector: "node.df-box", style: { "border-color": t.changed, "border-width": 2.5, "border-opacity": 1, "border-style": "solid", color: t.changed } },
-    { selector: "node.df-gained", style: { "border-color": t.added, "border-width": 5, "border-style": "double" } },
-    { selector: "node.df-lost", style: { "border-color": t.removed, "border-width": 5, "border-style": "double", color: t.removed } },
-    // --- What-if. Order matters: later rules win. ---
-    // In what-if mode tensors (edges) take clicks; Cytoscape adds a hit margin around the line.
-    { selector: "edge.wi-tap", style: { events: "yes" } },
-    { selector: ".wi-pruned", style: { opacity: 0.3 } },
-    {
-      selector: "node.wi-lost",
-      style: { "background-color": t.dangerFill, "border-color": t.danger, "border-width": 3.5, "border-style": "solid", opacity: 1 },
-    },
-    {
-      selector: "node.wi-frozen",
-      style: { "background-color": t.frozenFill, "border-color": t.frozen, "border-style": "dashed", "border-width": 2.5 },
-    },
-    { selector: "node.wi-frozen.wi-lost", style: { "border-color": t.danger, "border-width": 3.5 } },
-    {
-      selector: 'node.wi-detached[kind = "op"]',
-      style: { "border-color": t.danger, "border-width": 2.5, "border-style": "dashed", opacity: 1, color: t.danger },
-    },
-    {
-      selector: 'node.wi-haslost[kind = "collapsed"], node.wi-haslost[kind = "folded"]',
-      style: { "border-color": t.danger, "border-width": 3, "border-style": "solid", color: t.danger, opacity: 1 },
-    },
-    { selector: 'node.wi-haslost[kind = "expanded"]', style: { "border-color": t.danger, "border-width": 2, "border-opacity": 1, color: t.danger } },
-    {
-      selector: "edge.wi-partcut",
-      style: { "line-color": t.danger, "target-arrow-color": t.danger, "line-style": "dashed", "line-dash-pattern": [2, 4] },
-    },
-    {
-      selector: "edge.wi-cut",
-      style: {
-        "line-color": t.danger,
-        "target-arrow-color": t.danger,
-        "target-arrow-shape": "tee",
-        "line-style": "dashed",
-        "line-dash-pattern": [6, 4],
-        width: 2.5,
-        label: "data(cutLabel)",
-        color: t.danger,
-        "font-size": 13,
-        "font-weight": "bold",
-        "text-background-opacity": 1,
-        "min-zoomed-font-size": 4,
-        opacity: 1,
-      },
-    },
+    // Edges take clicks while a feature asks for them (what-if); Cytoscape adds a hit margin around the line.
+    { selector: "edge.tap-edge", style: { events: "yes" } },
+    // --- The features' rules: the first feature in the list comes last, so it wins. ---
+    ...featureRules,
     { selector: "node:selected", style: { "border-color": t.brand, "border-width": 3, "border-style": "solid" } },
-    // --- Backward stepper: the running node, the boxes around it, the edges carrying gradient now
-    // (the arrow turned round: gradient flows from the consumer back to the producer). ---
-    { selector: "node.st-bad", style: { "background-color": MARK.nan, color: "#ffffff", "border-color": MARK.nan, "border-width": 3 } },
-    {
-      selector: "node.st-run",
-      style: {
-        "border-color": MARK.run,
-        "border-width": 5,
-        "border-style": "solid",
-        "border-opacity": 1,
-        "underlay-color": MARK.run,
-        "underlay-padding": 7,
-        "underlay-opacity": 0.28,
-        "font-weight": "bold",
-      } as Record<string, unknown>,
-    },
-    { selector: "node.st-runbox", style: { "border-color": MARK.run, "border-width": 3, "border-opacity": 1, "border-style": "solid", color: MARK.run } },
-    {
-      selector: "edge.st-flow",
-      style: {
-        "line-color": MARK.flow,
-        "source-arrow-color": MARK.flow,
-        "source-arrow-shape": "triangle",
-        "target-arrow-shape": "none",
-        "arrow-scale": 1.3,
-        width: 4,
-        "line-style": "solid",
-        label: "data(flowLabel)",
-        color: MARK.run,
-        "font-size": 12,
-        "font-weight": "bold",
-        "text-background-opacity": 1,
-        "text-background-padding": "2px",
-        "min-zoomed-font-size": 4,
-        "z-index": 60,
-      },
-    },
   ];
 }

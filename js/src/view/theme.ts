@@ -19,18 +19,11 @@ export interface Theme {
   frozen: string;
   frozenFill: string;
   ghost: string;
-  /** Diff view: added (green), removed (red), changed (amber): a border colour and a fill each. */
-  added: string;
-  addedFill: string;
-  removed: string;
-  removedFill: string;
-  changed: string;
-  changedFill: string;
   fontFamily: string;
   dark: boolean;
 }
 
-type Rgb = [number, number, number];
+export type Rgb = [number, number, number];
 
 /** Resolve any CSS colour (names, var() results, rgba) to rgb through the browser itself. */
 function parseColor(probe: HTMLElement, value: string): { rgb: Rgb; alpha: number } | null {
@@ -101,16 +94,16 @@ export function readTheme(el: HTMLElement): Theme {
       frozen: hex(frozen),
       frozenFill: hex(mix(bg, frozen, dark ? 0.35 : 0.22)),
       ghost: hex(mix(bg, textMuted, 0.45)),
-      added: dark ? "#66bb6a" : "#2e7d32",
-      addedFill: hex(mix(bg, [67, 160, 71], dark ? 0.35 : 0.22)),
-      removed: hex(danger),
-      removedFill: hex(mix(bg, danger, dark ? 0.3 : 0.14)),
-      changed: dark ? "#ffb74d" : "#e65100",
-      changedFill: hex(mix(bg, [255, 179, 0], dark ? 0.35 : 0.28)),
       fontFamily: font || "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif",
       dark,
     };
   } finally {
     probe.remove();
   }
+}
+
+/** `colour` ("#rrggbb" or rgb) laid over the theme's background at `amount` (0: background, 1: colour):
+ *  the fills features derive from their hues. */
+export function tint(t: Theme, colour: string | Rgb, amount: number): string {
+  return hex(mix(parseHex(t.background), typeof colour === "string" ? parseHex(colour) : colour, amount));
 }

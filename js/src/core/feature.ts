@@ -1,0 +1,103 @@
+// The one interface every canvas feature (what-if, stepper, overlay, diff, findings, search, folding)
+// implements. The core (disclosure, layout, selection, paint) knows features only through it and
+// through the ordered list in `features/index.ts`, which says once which feature wins where two
+// overlap. A new view is one folder under `features/` plus one entry in that list.
+import type { StylesheetJson } from "cytoscape";
+import type { GraphNode } from "../payload";
+import type { VisibleGraph } from "../state/quotient";
+import type { Theme } from "../view/theme";
+import type { Core } from "./context";
+
+/** What a feature draws over the laid-out graph now (styles only, never a re-layout). Maps are keyed
+ *  by element key ("n:<id>", "c:<call id>", "f:<group id>", edge keys). */
+export interface Decoration {
+  /** Extra classes; every feature's are kept. */
+  classes?: Map<string, string>;
+  /** Fill classes ("heat-<bin>"): one feature colours the nodes, the first in the list that returns
+   *  a map (even an empty one: it claims the colours). */
+  fill?: Map<string, string>;
+  /** Node size factors: the first feature in the list that returns a map (even an empty one) decides. */
+  sizes?: Map<string, number>;
+  /** Label templates, "{base}" standing for what the features before this one made of the label. */
+  labels?: Map<string, string>;
+  /** Extra label lines below the label. */
+  lines?: Map<string, string[]>;
+  edgeLabels?: Map<string, string>;
+  /** Text appended to the base label (before templates apply). */
+  suffixes?: Map<string, string>;
+}
+
+/** One keyed legend entry: a swatch drawn with the given border / fill colour, and its text. */
+export interface LegendItem {
+  kind: string;
+  text: string;
+  border?: string;
+  fill?: string;
+}
+
+export interface LegendSpec {
+  title: string;
+  /** "log scale" / "linear scale" / "size ∝ value". */
+  scaleText: string;
+  min: string;
+  max: string;
+  /** Draw the heat colour ramp. */
+  ramp: boolean;
+  items: LegendItem[];
+}
+
+/** Where a feature puts its DOM: `top` (a row under the toolbar), `side` (beside the graph, above it
+ *  when narrow), `body` (floating over the canvas), `tools` (inline in the toolbar). */
+export interface Slots {
+  top: HTMLElement;
+  side: HTMLElement;
+  body: HTMLElement;
+  tools: HTMLElement;
+}
+
+/** A toolbar toggle a feature owns (e.g. what-if mode). */
+export interface ToolButton {
+  label: string;
+  title: string;
+  testid: string;
+  onClick(): void;
+}
+
+export interface Feature<Hooks extends object = object> {
+  readonly name: string;
+  /** CSS for the feature's panels (appended to the widget's style element). */
+  readonly css?: string;
+  /** Cytoscape rules for the classes the feature paints; where two features style one element the
+   *  one earlier in the list wins (its rules are placed later in the stylesheet). */
+  styles?(t: Theme): StylesheetJson;
+  /** Synced traits the feature owns: trait name -> what to do when Python (or a saved state) changes it. */
+  readonly traits?: Record<string, () => void>;
+  /** A new graph payload arrived: re-read the feature's traits against it. */
+  loaded?(): void;
+  /** Decorations for the graph drawn now (null: nothing). */
+  decorate?(shown: VisibleGraph): Decoration | null;
+  /** After every paint (panels that follow the decorations). */
+  painted?(): void;
+  /** A new layout was drawn (decorations cached per layout are stale). */
+  laidOut?(): void;
+  /** Legend for what the feature draws now; a `fallback` legend shows only when no other feature has one. */
+  legend?(): { spec: LegendSpec; fallback?: boolean } | null;
+  /** Hover text for an element (empty: nothing to add). */
+  tooltip?(key: string): string;
+  /** Extra rows of the details panel for a selected node. */
+  details?(node: GraphNode): [string, string][];
+  /** A click on a node or box; true when the feature handled it (later features and the core then don't). */
+  click?(key: string, kind: string, shift: boolean): boolean;
+  /** A click on an edge (edges take clicks only while a feature asks for them, see `Core.setTapEdges`). */
+  tapEdge?(key: string): boolean;
+  /** A key press while the widget has focus; true when handled. */
+  key?(e: KeyboardEvent): boolean;
+  /** Extra text lines a node needs room for (sizes feed the layout); null: none. */
+  reserve?(): ((key: string) => string[][] | null) | null;
+  /** Methods added to `root.__gradviz` for tests and image export. */
+  readonly hooks?: Hooks;
+  dispose?(): void;
+}
+
+/** How the list builds a feature: from the core, with its slots for DOM. */
+export type FeatureFactory<Hooks extends object = object> = (core: Core, slots: Slots) => Feature<Hooks>;

@@ -1,0 +1,43 @@
+// The selected element (the `selected` trait): its details panel and its highlight on the canvas.
+import type { GraphNode } from "../payload";
+import { callDetails, nodeDetails, nodeTitle } from "../state/labels";
+import { callKey, nodeKey } from "../state/quotient";
+import { graphIndex } from "../state/graphindex";
+import type { Core } from "./context";
+
+export function nodeById(ctx: Core, id: string): GraphNode | undefined {
+  const i = graphIndex(ctx.payload).pos.get(id);
+  return i === undefined ? undefined : ctx.payload.nodes[i];
+}
+
+export function focusName(ctx: Core, id: string): string {
+  const n = nodeById(ctx, id);
+  return n ? nodeTitle(n) : id;
+}
+
+export function setSelected(ctx: Core, id: string): void {
+  if (ctx.model.get("selected") !== id) {
+    ctx.model.set("selected", id);
+    ctx.model.save_changes();
+  }
+  showSelection(ctx);
+}
+
+export function showSelection(ctx: Core): void {
+  const { details, view } = ctx;
+  const id = ctx.model.get("selected") || "";
+  const node = id ? nodeById(ctx, id) : undefined;
+  const call = !node && id ? ctx.index.calls.get(id) : undefined;
+  if (node) {
+    const rows = nodeDetails(node);
+    for (const f of ctx.features) rows.push(...(f.details?.(node) ?? []));
+    details.show(nodeTitle(node), rows);
+    view.select(nodeKey(node.id));
+  } else if (call) {
+    details.show(`${call.id} · ${call.type}`, callDetails(call, call.size || ctx.index.size.get(call.id) || 0));
+    view.select(callKey(call.id));
+  } else {
+    details.hide();
+    view.select(null);
+  }
+}

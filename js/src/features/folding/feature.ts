@@ -1,0 +1,30 @@
+// Repeated-block stacks drawn folded ("48 × Block"): a click unfolds one. The fold state itself is
+// part of what is open (the core's disclosure), since it decides what is laid out.
+import type { Core } from "../../core/context";
+import { unfoldGroup } from "../../core/disclosure";
+import type { Feature, FeatureFactory } from "../../core/feature";
+import { foldedGroups } from "../../state/fold";
+
+export interface FoldingHooks {
+  /** Unfold a fold group (as a click on its stacked box), resolves after the layout. */
+  unfold(groupId: string): Promise<void>;
+  /** Fold group ids currently drawn folded. */
+  folded(): string[];
+}
+
+export const folding: FeatureFactory<FoldingHooks> = (core: Core): Feature<FoldingHooks> => ({
+  name: "folding",
+  // A folded stack is never a toggle or a step target: a click unfolds it.
+  click(key, kind) {
+    if (kind !== "folded") return false;
+    void unfoldGroup(core, key.slice(2));
+    return true;
+  },
+  hooks: {
+    async unfold(groupId) {
+      await unfoldGroup(core, groupId);
+      await core.pending;
+    },
+    folded: () => foldedGroups(core.folded),
+  },
+});

@@ -1,0 +1,138 @@
+// The backward stepper's controls (step, back, play/pause, speed, scrubber, pass, by-module), its
+// position line, and the details of the current step. Text only, never HTML.
+import type { StepDetails } from "./state";
+import { h, setText } from "../../panels/dom";
+
+export interface StepperActions {
+  /** Go to cursor (absolute). */
+  seek(cursor: number): void;
+  step(dir: 1 | -1): void;
+  togglePlay(): void;
+  setSpeed(stepsPerSecond: number): void;
+  setPass(pass: number): void;
+  setByModule(on: boolean): void;
+  /** Go to the first step that sent a NaN/Inf gradient. */
+  firstNonfinite(): void;
+}
+
+export interface StepperState {
+  cursor: number;
+  total: number;
+  passes: number;
+  pass: number;
+  playing: boolean;
+  position: string;
+  pending: string[];
+  boxes: boolean;
+  /** Global index of the first NaN/Inf step (-1: every gradient finite; the button hides). */
+  firstNonfinite: number;
+}
+
+export interface StepperPanel {
+  element: HTMLElement;
+  details: HTMLElement;
+  update(s: StepperState): void;
+  showDetails(d: StepDetails | null): void;
+  setVisible(on: boolean): void;
+}
+
+export const SPEEDS = [0.5, 1, 2, 4, 8];
+
+export function createStepper(actions: StepperActions): StepperPanel {
+  const button = (label: string, testid: string, title: string, onClick: () => void): HTMLButtonElement => {
+    const b = h("button", { type: "button", "data-testid": testid, title, "aria-label": title }, label);
+    b.addEventListener("click", onClick);
+    return b;
+  };
+  const start = button("⇤", "gradviz-step-start", "Back to before the backward pass", () => actions.seek(-1));
+  const back = button("◀", "gradviz-step-back", "Step back (←)", () => actions.step(-1));
+  const play = button("▶ Play", "gradviz-step-play", "Play / pause (Space)", () => actions.togglePlay());
+  const fwd = button("Step ▶", "gradviz-step-forward", "Step: run the next node (→)", () => actions.step(1));
+  const speed = h("select", { "data-testid": "gradviz-step-speed", title: "Playback speed (steps per second)" });
+  for (const s of SPEEDS) speed.append(h("option", { value: String(s) }, `${s}/s`));
+  speed.value = "2";
+  speed.addEventListener("change", () => actions.setSpeed(Number(speed.value)));
+  const scrubber = h("input", {
+    type: "range",
+    min: "-1",
+    max: "0",
+    step: "1",
+    value: "-1",
+    class: "gradviz-step-scrubber",
+    "data-testid": "gradviz-step-scrubber",
+    "aria-label": "Backward step",
+  });
+  scrubber.addEventListener("input", () => actions.seek(Number(scrubber.value)));
+  const pass = h("select", { "data-testid": "gradviz-step-pass", title: "Backward pass (recorded passes accumulate into .grad)" });
+  pass.addEventListener("change", () => actions.setPass(Number(pass.value)));
+  const byModule = h("input", { type: "checkbox", "data-testid": "gradviz-step-bymodule" });
+  byModule.addEventListener("change", () => actions.setByModule(byModule.checked));
+  const byModuleLabel = h("label", { class: "gradviz-step-check", title: "Step from one module box (or node) on screen to the next" }, byModule, " by module");
+  const position = h("span", { class: "gradviz-step-position", "data-testid": "gradviz-step-position", role: "status" });
+  const pending = h("span", { class: "gradviz-step-pending", "data-testid": "gradviz-step-pending" });
+  const nanJump = button("⚠ first NaN/Inf", "gradviz-step-nonfinite", "Go to the first node that sent a NaN or Inf gradient", () => actions.firstNonfinite());
+  nanJump.classList.add("gradviz-step-nonfinite");
+  nanJump.hidden = true;
+  const controls = h("div", { class: "gradviz-step-controls" }, start, back, play, fwd, speed, scrubber, pass, byModuleLabel, nanJump);
+  const info = h("div", { class: "gradviz-step-info" }, position, pending);
+  const element = h("div", { class: "gradviz-stepper", "data-testid": "gradviz-stepper" }, controls, info);
+  element.hidden = true;
+
+  const title = h("h3", { "data-testid": "gradviz-step-title" });
+  const subtitle = h("div", { class: "gradviz-step-sub", "data-testid": "gradviz-step-subtitle" });
+  const explain = h("div", { class: "gradviz-explain", "data-testid": "gradviz-step-explain" });
+  const body = h("div", { class: "gradviz-step-sections" });
+  const details = h("aside", { class: "gradviz-step-details", "data-testid": "gradviz-step-details" }, title, subtitle, explain, body);
+  details.hidden = true;
+
+  let passes = -1;
+  return {
+    element,
+    details,
+    update(s) {
+      scrubber.max = String(Math.max(-1, s.total - 1));
+      scrubber.value = String(s.cursor);
+      back.disabled = s.cursor < 0;
+      start.disabled = s.cursor < 0;
+      fwd.disabled = s.cursor >= s.total - 1;
+      setText(play, s.playing ? "⏸ Pause" : "▶ Play");
+      play.setAttribute("aria-pressed", String(s.playing));
+      if (passes !== s.passes) {
+        passes = s.passes;
+        pass.replaceChildren(...Array.from({ length: s.passes }, (_, i) => h("option", { value: String(i) }, `pass ${i + 1} of ${s.passes}`)));
+      }
+      pass.hidden = s.passes <= 1;
+      pass.value = String(s.pass);
+      byModuleLabel.hidden = !s.boxes;
+      nanJump.hidden = s.firstNonfinite < 0;
+      nanJump.disabled = s.cursor === s.firstNonfinite;
+      setText(position, s.position);
+      setText(pending, s.pending.join(" · "));
+    },
+    showDetails(d) {
+      if (!d) {
+        details.hidden = true;
+        return;
+      }
+      setText(title, d.title);
+      setText(subtitle, d.subtitle);
+      explain.replaceChildren(...d.explain.map((line) => h("div", {}, line)));
+      explain.hidden = d.explain.length === 0;
+      body.replaceChildren(
+        ...d.sections.map((sec) =>
+          h(
+            "section",
+            { class: sec.warn ? "gradviz-warn" : "" },
+            h("h4", {}, sec.heading),
+            h("dl", {}, ...sec.rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+          ),
+        ),
+      );
+      details.hidden = false;
+    },
+    setVisible(on) {
+      element.hidden = !on;
+      if (!on) details.hidden = true;
+    },
+  };
+}
