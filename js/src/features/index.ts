@@ -3,6 +3,7 @@
 // override, and label templates of later features wrap its label. A new view is one folder under
 // `features/` plus one entry here.
 import type { FeatureFactory } from "../core/feature";
+import { diff } from "./diff/feature";
 import { findings } from "./findings/feature";
 import { folding } from "./folding/feature";
 import { overlay } from "./overlay/feature";
@@ -10,7 +11,7 @@ import { search } from "./search/feature";
 import { stepper } from "./stepper/feature";
 import { whatIf } from "./whatif/feature";
 
-export const FEATURES = [folding, whatIf, stepper, overlay, findings, search] as const;
+export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search] as const;
 
 type HooksOf<F> = F extends FeatureFactory<infer H> ? H : never;
 type Intersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer I) => void ? I : never;
