@@ -5,11 +5,12 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.schema import ModuleCallData
 
 if TYPE_CHECKING:
     from gradviz_nb.analysis.what_if import WhatIf
@@ -26,16 +27,34 @@ class AutogradGraph:
     """The autograd graph behind one or more roots, as plain data in :attr:`nx`.
 
     Edges run in forward data-flow direction (``u -> v`` when ``v`` consumed a tensor ``u`` made);
-    gradients flow against them. Node attributes: ``kind`` (``"op"``, ``"leaf"``, ``"root"``), ``op``,
-    ``label``, ``module``, ``call``, ``name``, ``names``, ``shape``, ``dtype``, ``requires_grad``,
-    ``seq``, ``saved``, ``value`` (forward values of small tensors where known: leaves, roots, and ops
-    whose forward ran inside ``gv.capture``; else None). Edge attributes: ``output_nr``, ``input_nr``,
-    ``shape``, and ``slots``: every ``[output_nr, input_nr]`` pair the edge carries (``x * x`` or two
-    chunks of one node feeding one consumer give one edge with two slots). Graph attributes:
-    ``modules`` (path -> type and parameter names), ``calls`` (module calls, parents first),
-    ``roots``, ``torch_version``, ``captured``, ``notes``, ``checkpoints`` (reentrant checkpoint node id ->
-    names of the parameters its own inner backward reaches, which are not leaves of this graph; ``None``
-    when its function could not be inspected).
+    gradients flow against them. The records are typed in :mod:`gradviz_nb.tracing.schema` (one paragraph
+    each below; tests/unit/test_schema.py checks these lists against it and real traces against both).
+
+    Node attributes (NodeData): ``kind`` (``"op"``, ``"leaf"``, ``"root"``), ``op``, ``label``, ``module``,
+    ``call``, ``name``, ``names``, ``shape``, ``dtype``, ``requires_grad``, ``seq``, ``saved``, ``value``
+    (forward values of small tensors where known: leaves, roots, and ops whose forward ran inside
+    ``gv.capture``; else None); on some nodes only: ``compiled`` (a torch.compile region), ``distributed``
+    and ``note`` (an FSDP2 / DDP / DTensor node and what it does).
+
+    Saved tensors (SavedData, in a node's ``saved``): ``name``, ``shape``, ``dtype``; for memory: ``bytes``,
+    ``storage``, ``storage_bytes``, ``param``, ``packed``, ``freed``, ``checkpoint``, ``via``, ``sharded``.
+
+    Edge attributes (EdgeData): ``output_nr``, ``input_nr``, ``shape``, and ``slots``: every
+    ``[output_nr, input_nr]`` pair the edge carries (``x * x`` or two chunks of one node feeding one
+    consumer give one edge with two slots).
+
+    Graph attributes (GraphData): ``roots``, ``calls`` (module calls, parents first), ``ghosts`` (detached
+    tensors and frozen parameters the backward graph does not show), ``modules`` (path -> type and parameter
+    names), ``torch_version``, ``captured``, ``checkpoints`` (reentrant checkpoint node id -> names of the
+    parameters its own inner backward reaches, which are not leaves of this graph; ``None`` when its
+    function could not be inspected), ``notes``, ``distributed`` (data-parallel engines found).
+
+    Module calls (ModuleCallData, in ``calls``): ``id``, ``path``, ``type``, ``index``, ``parent``, ``size``.
+
+    Modules (ModuleData, values of ``modules``): ``type``, ``parameters``.
+
+    Ghosts (GhostData, in ``ghosts``): ``id``, ``kind`` (``"detached"``, ``"frozen"``), ``label``,
+    ``names``, ``shape``, ``source``, ``output_nr``, ``targets``, ``where``, ``line``, ``cut``, ``call``.
 
     Example::
 
@@ -53,7 +72,7 @@ class AutogradGraph:
         return list(self.nx.graph["roots"])
 
     @property
-    def calls(self) -> list[dict[str, Any]]:
+    def calls(self) -> list[ModuleCallData]:
         """Module calls that hold nodes of this graph (id, path, type, parent, index, size)."""
         return list(self.nx.graph["calls"])
 
