@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .jupyterlab import CHROMIUM, CHROMIUM_ARGS, ConsoleLog, JupyterLabServer
+from .jupyterlab import CHROMIUM, CHROMIUM_ARGS, FRONT_ENDS, ConsoleLog, FrontEnd, JupyterLabServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,16 +31,34 @@ def _require_chromium() -> None:
     pytest.skip(msg)
 
 
-@pytest.fixture(scope="session")
-def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabServer]:
+def _serve(tmp_path_factory: pytest.TempPathFactory, frontend: FrontEnd) -> Iterator[JupyterLabServer]:
     _require_chromium()
-    server = JupyterLabServer(tmp_path_factory.mktemp("jupyterlab"))
+    server = JupyterLabServer(tmp_path_factory.mktemp(f"jupyter-{frontend}"), frontend=frontend)
     server.start()
-    print(f"\njupyterlab ready at {server.url} in {server.startup_seconds:.1f} s")
+    print(f"\n{FRONT_ENDS[frontend]} ready at {server.url} in {server.startup_seconds:.1f} s")
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabServer]:
+    yield from _serve(tmp_path_factory, "lab")
+
+
+@pytest.fixture(scope="session")
+def notebook7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterLabServer]:
+    """Notebook 7 (`jupyter notebook`), started on first use and kept for the session."""
+    yield from _serve(tmp_path_factory, "notebook")
+
+
+@pytest.fixture(params=["lab", "notebook"], ids=["jupyterlab", "notebook7"])
+def notebook_server(request: pytest.FixtureRequest) -> JupyterLabServer:
+    """The same test in JupyterLab and in Notebook 7: one session-scoped server per front end."""
+    name = "jupyterlab" if request.param == "lab" else "notebook7"
+    server: JupyterLabServer = request.getfixturevalue(name)
+    return server
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +90,20 @@ def lab_page(request: pytest.FixtureRequest, chromium, jupyterlab: JupyterLabSer
     On failure the page is saved to build/screenshots/FAILED-<test>.png and the server log's tail
     is printed.
     """
+    yield from _page(request, chromium, jupyterlab)
+
+
+@pytest.fixture
+def notebook_page(request: pytest.FixtureRequest, chromium, notebook_server: JupyterLabServer):  # type: ignore[no-untyped-def]
+    """`lab_page` for the server of `notebook_server` (JupyterLab or Notebook 7)."""
+    yield from _page(request, chromium, notebook_server)
+
+
+def _page(request: pytest.FixtureRequest, chromium, jupyterlab: JupyterLabServer):  # type: ignore[no-untyped-def]
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(60_000)
-    console = ConsoleLog()
+    console = ConsoleLog.for_frontend(jupyterlab.frontend)
     console.attach(page)
     page.console_log = console  # type: ignore[attr-defined]
     try:

@@ -1,4 +1,10 @@
-"""End-to-end: gradviz_nb's GraphWidget in a real JupyterLab, clicked with a real mouse."""
+"""End-to-end: gradviz_nb's GraphWidget in a real JupyterLab, and in Notebook 7, clicked with a real mouse.
+
+The GPT-2 test runs once per front end (`notebook_server` in conftest.py: `[jupyterlab]` and
+`[notebook7]`); Notebook 7 has the Lab DOM, so the same driver works in both. The harness test stays
+JupyterLab-only: the GPT-2 test already renders ipywidgets in Notebook 7, and each extra Notebook 7
+test costs a kernel start (about 12 s here).
+"""
 
 from __future__ import annotations
 
@@ -146,13 +152,15 @@ def _click_box_until(nb: LabNotebook, root, box: str, done, what: str) -> tuple[
 
 
 def test_gpt2_widget_expand_and_collapse_by_mouse(
-    jupyterlab: JupyterLabServer,
-    lab_page: Page,
+    notebook_server: JupyterLabServer,
+    notebook_page: Page,
     tmp_path: Path,
     screenshot_dir: Path,
     stopwatch: dict[str, float],
 ) -> None:
-    page = lab_page
+    jupyterlab, page = notebook_server, notebook_page
+    # Screenshots keep their JupyterLab names; Notebook 7's get a suffix.
+    suffix = "" if jupyterlab.frontend == "lab" else "_notebook7"
     t = time.monotonic()
 
     def lap(name: str) -> None:
@@ -186,7 +194,7 @@ def test_gpt2_widget_expand_and_collapse_by_mouse(
     assert opened["counts"]["expanded"] == start["counts"]["expanded"] + 1
     assert BOX in _expanded_in_kernel(nb), "the click did not reach the kernel's `expanded` trait"
     page.screenshot(path=str(tmp_path / "expanded.png"))
-    shutil.copy(tmp_path / "expanded.png", screenshot_dir / "jupyterlab_widget_expanded.png")
+    shutil.copy(tmp_path / "expanded.png", screenshot_dir / f"jupyterlab_widget_expanded{suffix}.png")
     lap("expand by click")
 
     # Close it again by clicking the open box's header.
@@ -197,5 +205,5 @@ def test_gpt2_widget_expand_and_collapse_by_mouse(
     lap("collapse by click")
 
     page.screenshot(path=str(tmp_path / "jupyterlab_widget.png"))
-    shutil.copy(tmp_path / "jupyterlab_widget.png", screenshot_dir / "jupyterlab_widget.png")
+    shutil.copy(tmp_path / "jupyterlab_widget.png", screenshot_dir / f"jupyterlab_widget{suffix}.png")
     _assert_clean_console(page)
