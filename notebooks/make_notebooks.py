@@ -189,7 +189,7 @@ Debugging is often done together: paste a graph into a bug report, compare a mod
 change. This notebook exports a graph (an HTML page that stays interactive without a kernel, images, data),
 diffs a model before and after LoRA adapters and before and after activation checkpointing, and shows the
 memory each node holds for backward."""),
-    ("code", """import json, pathlib, tempfile
+    ("code", """import pathlib, tempfile
 import networkx as nx
 import torch
 import gradviz_nb as gv
@@ -289,7 +289,7 @@ for step in rec.steps:
     ("md", """Every number above is PyTorch's: the gradient a node received, the forward values it saved, and the
 gradient it sent. Check the leaves against `torch.autograd.grad`:"""),
     ("code", """print({name: rec.leaf_grad(name).item() for name in "abc"})
-print(dict(zip("abc", (g.item() for g in torch.autograd.grad(L, [a, b, c], retain_graph=True)))))
+print(dict(zip("abc", (g.item() for g in torch.autograd.grad(L, [a, b, c], retain_graph=True)), strict=True)))
 assert a.grad is None  # recording did not touch .grad"""),
     ("code", """stepper = gv.GraphWidget(rec, height=460)
 stepper.step = 2   # the cursor is a synced trait: set it here, or press Step in the widget
@@ -342,7 +342,7 @@ How a layer is judged (never against the median layer, which calls the healthy t
     ("code", """import torch
 from torch import nn
 import gradviz_nb as gv
-from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
 
 torch.manual_seed(0)"""),
     ("md", """## 1. Vanishing gradients in a deep sigmoid MLP
