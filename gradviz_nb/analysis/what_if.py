@@ -21,7 +21,7 @@ import networkx as nx
 
 from gradviz_nb.errors import GradvizError
 
-Tensor = tuple[str, int]  # (node id, output_nr)
+OutputRef = tuple[str, int]  # one output of a node: (node id, output_nr); not a torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class WhatIf:
     lost: list[str]
     kept: list[str]
     pruned: list[str]
-    cut: list[Tensor]
+    cut: list[OutputRef]
     frozen: list[str]
     runs: int
     total: int
@@ -50,7 +50,7 @@ class WhatIf:
 
 def what_if(graph: nx.DiGraph, detach: Iterable[object] = (), freeze: Iterable[str] = ()) -> WhatIf:
     """Predict the effect of detaching tensors and freezing leaves; see :meth:`AutogradGraph.what_if`."""
-    cut = sorted({t for item in detach for t in _tensors(graph, item)})
+    cut = sorted({t for item in detach for t in _outputs(graph, item)})
     frozen = sorted({leaf for item in freeze for leaf in _leaves(graph, item)})
     alive = surviving_nodes(graph, set(cut), set(frozen))
     leaves = [n for n, k in graph.nodes(data="kind") if k == "leaf"]
@@ -69,7 +69,7 @@ def what_if(graph: nx.DiGraph, detach: Iterable[object] = (), freeze: Iterable[s
     )
 
 
-def surviving_nodes(graph: nx.DiGraph, cut: set[Tensor], frozen: set[str]) -> set[str]:
+def surviving_nodes(graph: nx.DiGraph, cut: set[OutputRef], frozen: set[str]) -> set[str]:
     """Nodes the backward pass still runs (roots included) after the cuts: steps 2 and 3 above."""
 
     def open_slots(u: str, v: str) -> bool:
@@ -100,7 +100,7 @@ def _leaf_label(attrs: dict[str, object]) -> str:
     return names[0] if isinstance(names, list) and names else str(attrs["label"])
 
 
-def _tensors(graph: nx.DiGraph, item: object) -> list[Tensor]:
+def _outputs(graph: nx.DiGraph, item: object) -> list[OutputRef]:
     """``(node, output_nr)``, a node id (all its outputs), or a module path / call id (its outputs)."""
     if isinstance(item, Sequence) and not isinstance(item, str) and len(item) == 2:
         node, out = item
