@@ -52,7 +52,7 @@ if (flag("--tests")) {
     readdirSync(featureDir, { recursive: true }).map(String).filter((f) => f.endsWith(".test.ts")).map((f) => path.join(featureDir, f)),
   ];
   for (const entryPoints of groups) {
-    await esbuild.build({ ...common, entryPoints, outdir: path.join(here, ".test-build"), outbase: path.dirname(entryPoints[0]), platform: "node", outExtension: { ".js": ".mjs" }, logLevel: "warning", entryNames: "[name]" });
+    await esbuild.build({ ...common, entryPoints, outdir: path.join(here, ".test-build"), outbase: path.dirname(entryPoints[0]), platform: "node", external: ["typescript"], outExtension: { ".js": ".mjs" }, logLevel: "warning", entryNames: "[name]" });
   }
 } else {
   const options = { ...common, entryPoints: [path.join(here, "src", "index.ts")], outfile, minify: true, target: "es2020", platform: "browser" };

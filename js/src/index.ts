@@ -12,17 +12,18 @@ import { createLegend, createTooltip } from "./panels/legend";
 import { createToolbar } from "./panels/toolbar";
 import { pressKey, tapEdge, tapElement } from "./core/clicks";
 import { createCore, type Core } from "./core/context";
-import { coreHooks, type CoreHooks } from "./core/debughook";
+import { coreHooks, type CoreHooks } from "./core/hooks";
 import { collapseEverything, expandEverything } from "./core/disclosure";
 import { relayout } from "./core/drawing";
 import type { Feature, Slots } from "./core/feature";
 import { tooltipText } from "./core/paint";
 import { setSelected } from "./core/selection";
-import { connectTraits, loadPayload, type Traits } from "./core/traits";
+import { connectTraits, loadPayload } from "./core/traits";
+import type { Traits } from "./payload";
 import { FEATURES, type FeatureHooks } from "./features";
 
 /** `root.__gradviz`: the core's hooks and every feature's (documented in js/README.md). */
-export type DebugHook = CoreHooks & FeatureHooks;
+export type GradvizHooks = CoreHooks & FeatureHooks;
 
 function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
   const root = h("div", { class: "gradviz-root", "data-testid": "gradviz-root" });
@@ -101,8 +102,8 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   const resizeObserver = new ResizeObserver(() => view.resize());
   resizeObserver.observe(body);
 
-  const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as DebugHook;
-  (root as HTMLElement & { __gradviz?: DebugHook }).__gradviz = hooks;
+  const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as GradvizHooks;
+  (root as HTMLElement & { __gradviz?: GradvizHooks }).__gradviz = hooks;
 
   setHeight();
   loadPayload(core);

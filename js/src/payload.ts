@@ -317,3 +317,29 @@ export interface DoctorFinding {
   step: number;
   node: string;
 }
+
+/** Every synced trait of the widget (Python's GraphWidget traits; a test compares the two). */
+export interface Traits {
+  graph_data: GraphPayload;
+  expanded: string[];
+  /** Fold group ids the user unfolded (repeated-block stacks drawn as their single calls). */
+  unfolded: string[];
+  selected: string;
+  height: number;
+  /** What-if toggles (Python can read and set them). */
+  toggles: Toggles;
+  /** Last verified re-run ({} when none). */
+  verified: Partial<Verification>;
+  /** True when the widget can re-run the model (GraphWidget.from_fn). */
+  can_verify: boolean;
+  /** Per-node values and marks drawn over the graph ({} when none). */
+  overlay: Partial<Overlay>;
+  /** A recorded backward pass for the stepper ({} when none). */
+  recording: Partial<Recording>;
+  /** Stepper cursor: -1 before the first step, else an index into recording.steps. */
+  step: number;
+  /** Diff view: status per node of the merged before/after graph ({} when none). */
+  diff: Partial<GraphDiff>;
+  /** gv.doctor's findings listed beside the graph ([] when none). */
+  findings: DoctorFinding[];
+}

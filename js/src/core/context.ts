@@ -2,7 +2,7 @@
 // selection, paint): plain fields, read and written by plain functions that take the core. Features
 // keep their own state in their own closures and see the core through this interface only.
 import type { RenderProps } from "@anywidget/types";
-import type { GraphPayload, PageReply } from "../payload";
+import type { GraphPayload, PageReply, Traits } from "../payload";
 import { indexFolds, NO_FOLDS, type FoldedCalls, type FoldIndex } from "../state/fold";
 import { applyChunks, type LazyState } from "../state/lazy";
 import { ChunkLoader } from "../state/loader";
@@ -11,9 +11,8 @@ import type { DetailsPanel } from "../panels/details";
 import type { Legend, Tooltip } from "../panels/legend";
 import type { Toolbar } from "../panels/toolbar";
 import type { GraphView } from "../view/graphview";
-import type { Feature } from "./feature";
+import type { Feature, Slots } from "./feature";
 import { Messenger } from "./messages";
-import type { Traits } from "./traits";
 
 export type Model = RenderProps<Traits>["model"];
 
@@ -119,3 +118,6 @@ function newLoaderFor(get: () => Core, messenger: Messenger): ChunkLoader {
   });
   return loader;
 }
+
+/** How the list builds a feature: from the core, with its slots for DOM. */
+export type FeatureFactory<Hooks extends object = object> = (core: Core, slots: Slots) => Feature<Hooks>;

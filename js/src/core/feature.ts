@@ -6,10 +6,12 @@ import type { StylesheetJson } from "cytoscape";
 import type { GraphNode } from "../payload";
 import type { VisibleGraph } from "../state/quotient";
 import type { Theme } from "../view/theme";
-import type { Core } from "./context";
+import type { LegendSpec } from "../panels/legend";
 
 /** What a feature draws over the laid-out graph now (styles only, never a re-layout). Maps are keyed
  *  by element key ("n:<id>", "c:<call id>", "f:<group id>", edge keys). */
+export type { LegendItem, LegendSpec } from "../panels/legend";
+
 export interface Decoration {
   /** Extra classes; every feature's are kept. */
   classes?: Map<string, string>;
@@ -25,25 +27,6 @@ export interface Decoration {
   edgeLabels?: Map<string, string>;
   /** Text appended to the base label (before templates apply). */
   suffixes?: Map<string, string>;
-}
-
-/** One keyed legend entry: a swatch drawn with the given border / fill colour, and its text. */
-export interface LegendItem {
-  kind: string;
-  text: string;
-  border?: string;
-  fill?: string;
-}
-
-export interface LegendSpec {
-  title: string;
-  /** "log scale" / "linear scale" / "size ∝ value". */
-  scaleText: string;
-  min: string;
-  max: string;
-  /** Draw the heat colour ramp. */
-  ramp: boolean;
-  items: LegendItem[];
 }
 
 /** Where a feature puts its DOM: `top` (a row under the toolbar), `side` (beside the graph, above it
@@ -98,6 +81,3 @@ export interface Feature<Hooks extends object = object> {
   readonly hooks?: Hooks;
   dispose?(): void;
 }
-
-/** How the list builds a feature: from the core, with its slots for DOM. */
-export type FeatureFactory<Hooks extends object = object> = (core: Core, slots: Slots) => Feature<Hooks>;

@@ -1,7 +1,6 @@
 // Synced traits -> view. Traits hold all state, so a saved notebook or exported page rebuilds the
 // same view with no kernel; the custom messages only carry requests (lazy loads, verify) and replies.
 // The core handles the graph's own traits; each feature handles the ones it declares.
-import type { DoctorFinding, GraphDiff, GraphPayload, Overlay, Recording, Toggles, Verification } from "../payload";
 import { canonical } from "../state/expansion";
 import { foldedCalls, indexFolds } from "../state/fold";
 import { reviveNodes } from "../state/finite";
@@ -11,32 +10,6 @@ import { EMPTY, newLoader, type Core, type Disclosure } from "./context";
 import { change } from "./disclosure";
 import { isDrawn, reveal } from "./reveal";
 import { showSelection } from "./selection";
-
-/** Every synced trait (the Python half is the widget's trait list; a test compares the two). */
-export interface Traits {
-  graph_data: GraphPayload;
-  expanded: string[];
-  /** Fold group ids the user unfolded (repeated-block stacks drawn as their single calls). */
-  unfolded: string[];
-  selected: string;
-  height: number;
-  /** What-if toggles (Python can read and set them). */
-  toggles: Toggles;
-  /** Last verified re-run ({} when none). */
-  verified: Partial<Verification>;
-  /** True when the widget can re-run the model (GraphWidget.from_fn). */
-  can_verify: boolean;
-  /** Per-node values and marks drawn over the graph ({} when none). */
-  overlay: Partial<Overlay>;
-  /** A recorded backward pass for the stepper ({} when none). */
-  recording: Partial<Recording>;
-  /** Stepper cursor: -1 before the first step, else an index into recording.steps. */
-  step: number;
-  /** Diff view: status per node of the merged before/after graph ({} when none). */
-  diff: Partial<GraphDiff>;
-  /** gv.doctor's findings listed beside the graph ([] when none). */
-  findings: DoctorFinding[];
-}
 
 export function loadPayload(ctx: Core): void {
   const { model } = ctx;

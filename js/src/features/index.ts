@@ -2,8 +2,8 @@
 // click first, its fill colours and node sizes are the ones drawn, its legend is shown, its styles
 // override, and label templates of later features wrap its label. A new view is one folder under
 // `features/` plus one entry here.
-import type { FeatureFactory } from "../core/feature";
 import { diff } from "./diff/feature";
+import type { FeatureFactory } from "../core/context";
 import { findings } from "./findings/feature";
 import { folding } from "./folding/feature";
 import { overlay } from "./overlay/feature";

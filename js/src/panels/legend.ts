@@ -1,8 +1,26 @@
 // Colour legend (bottom left of the canvas; folds to its title line) and the hover tooltip. Text
 // only, never HTML.
-import type { LegendSpec } from "../core/feature";
 import { HEAT } from "../view/style";
 import { h, setText } from "./dom";
+
+/** One keyed legend entry: a swatch drawn with the given border / fill colour, and its text. */
+export interface LegendItem {
+  kind: string;
+  text: string;
+  border?: string;
+  fill?: string;
+}
+
+export interface LegendSpec {
+  title: string;
+  /** "log scale" / "linear scale" / "size ∝ value". */
+  scaleText: string;
+  min: string;
+  max: string;
+  /** Draw the heat colour ramp. */
+  ramp: boolean;
+  items: LegendItem[];
+}
 
 export interface Legend {
   element: HTMLElement;

@@ -2,7 +2,7 @@
 // payload's `folds`) are drawn as ONE stacked box until unfolded. A group is shown folded iff the
 // user has not unfolded it (synced trait `unfolded`) and none of its calls is expanded.
 import type { FoldGroup, GraphPayload } from "../payload";
-import type { CallIndex } from "./quotient";
+import type { CallIndex } from "./calltree";
 
 /** Prefix of a folded box's element key: "f:<group id>". */
 export const foldKey = (groupId: string): string => "f:" + groupId;

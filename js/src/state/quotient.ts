@@ -1,7 +1,10 @@
 // The visible quotient graph: what is on screen for a payload and a set of expanded module calls.
 // Pure data in, pure data out (no DOM), so it is unit-tested in node and cheap to recompute per click.
 import type { FoldGroup, GhostTensor, GraphEdge, GraphNode, GraphPayload, ModuleCall } from "../payload";
+import { indexCalls, type CallIndex } from "./calltree";
 import { foldKey, NO_FOLDS, type FoldedCalls } from "./fold";
+
+export { indexCalls, type CallIndex } from "./calltree";
 
 /** Prefixes keep node ids and call ids apart in one id space (a node could be called "fc1"). */
 export const nodeKey = (id: string): string => "n:" + id;
@@ -46,45 +49,6 @@ export interface VisibleCounts {
   /** Folded stacks of repeated calls ("48 × Block"). */
   folded: number;
   edges: number;
-}
-
-/** Call-tree facts derived once per payload: ancestors, children, node counts. */
-export interface CallIndex {
-  calls: Map<string, ModuleCall>;
-  /** Call id -> chain from the outermost call down to the call itself (never includes ""). */
-  chain: Map<string, string[]>;
-  /** Call id -> number of payload nodes inside it, recursively. */
-  size: Map<string, number>;
-  /** Call ids in payload order (parents before children). */
-  order: string[];
-}
-
-export function indexCalls(payload: GraphPayload): CallIndex {
-  const calls = new Map<string, ModuleCall>();
-  const chain = new Map<string, string[]>();
-  const order: string[] = [];
-  for (const c of payload.calls) {
-    calls.set(c.id, c);
-    order.push(c.id);
-  }
-  const chainOf = (id: string, seen: Set<string>): string[] => {
-    const known = chain.get(id);
-    if (known) return known;
-    const call = calls.get(id);
-    // Unknown parent or a cycle (bad payload): treat the call as top level rather than loop.
-    const parent = call && call.parent && calls.has(call.parent) && !seen.has(call.parent) ? call.parent : "";
-    seen.add(id);
-    const result = parent ? [...chainOf(parent, seen), id] : [id];
-    chain.set(id, result);
-    return result;
-  };
-  for (const id of order) chainOf(id, new Set());
-  const size = new Map<string, number>();
-  for (const n of payload.nodes) {
-    if (!n.call || !calls.has(n.call)) continue;
-    for (const c of chain.get(n.call) ?? []) size.set(c, (size.get(c) ?? 0) + 1);
-  }
-  return { calls, chain, size, order };
 }
 
 /** Who stands for `node` on screen: itself, or the outermost collapsed call (or folded stack)

@@ -1,7 +1,7 @@
 // gv.doctor's findings (the `findings` trait) listed beside the graph; a click reveals the finding's
 // node or box.
-import type { Core } from "../../core/context";
-import type { Feature, FeatureFactory } from "../../core/feature";
+import type { Core, FeatureFactory } from "../../core/context";
+import type { Feature } from "../../core/feature";
 import { reveal } from "../../core/reveal";
 import { createFindingsPanel } from "./panel";
 

@@ -1,8 +1,8 @@
 // Repeated-block stacks drawn folded ("48 × Block"): a click unfolds one. The fold state itself is
 // part of what is open (the core's disclosure), since it decides what is laid out.
-import type { Core } from "../../core/context";
+import type { Core, FeatureFactory } from "../../core/context";
 import { unfoldGroup } from "../../core/disclosure";
-import type { Feature, FeatureFactory } from "../../core/feature";
+import type { Feature } from "../../core/feature";
 import { foldedGroups } from "../../state/fold";
 
 export interface FoldingHooks {

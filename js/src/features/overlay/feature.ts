@@ -6,8 +6,8 @@ import { splitFill } from "../../state/classes";
 import { withUnit } from "../../state/numbers";
 import { MARK } from "../../view/style";
 import type { Theme } from "../../view/theme";
-import type { Core } from "../../core/context";
-import type { Feature, FeatureFactory, LegendItem, LegendSpec } from "../../core/feature";
+import type { Core, FeatureFactory } from "../../core/context";
+import type { Feature, LegendItem, LegendSpec } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import { MARK_TEXT, normalizeOverlay, overlayDecorations, overlayText, type OverlayDecorations } from "./state";
 

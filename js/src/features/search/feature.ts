@@ -1,8 +1,8 @@
 // The search box (toolbar) and its ranked results: a pick reveals the node or box; in a graph too big
 // to draw, the pick's neighbourhood is what is drawn until the search is cleared.
-import type { Core } from "../../core/context";
+import type { Core, FeatureFactory } from "../../core/context";
 import { relayout } from "../../core/drawing";
-import type { Feature, FeatureFactory } from "../../core/feature";
+import type { Feature } from "../../core/feature";
 import { reveal } from "../../core/reveal";
 import { createSearch } from "./panel";
 import { search as find } from "./state";

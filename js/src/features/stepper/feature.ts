@@ -6,9 +6,9 @@ import { splitFill } from "../../state/classes";
 import { fmt } from "../../state/numbers";
 import { nodeKey, representative } from "../../state/quotient";
 import { HEAT_ZERO, MARK } from "../../view/style";
-import type { Core } from "../../core/context";
+import type { Core, FeatureFactory } from "../../core/context";
 import { relayout } from "../../core/drawing";
-import type { Feature, FeatureFactory, LegendSpec } from "../../core/feature";
+import type { Feature, LegendSpec } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import { createStepper } from "./panel";
 import {

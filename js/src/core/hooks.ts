@@ -1,6 +1,6 @@
-// `root.__gradviz`: what tests (and image export) reach into. Documented in js/README.md ("Hooks for
-// tests"); the actions here behave as the user's (a click, a key). The core's hooks are below; each
-// feature adds its own (`Feature.hooks`).
+// `root.__gradviz`: the page's programmatic API. Image export (gradviz_nb/export/image.py) and the page and
+// lab tests use it; documented in js/README.md ("Page hooks"). The actions behave as the user's (a click,
+// a key). The core's hooks are below; each feature adds its own (`Feature.hooks`).
 import { callKey, nodeKey, type VisibleCounts } from "../state/quotient";
 import type { GraphView } from "../view/graphview";
 import type { Core } from "./context";
