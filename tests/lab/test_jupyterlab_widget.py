@@ -97,8 +97,10 @@ POINT_JS = """(root, id) => {
                 candidates.push({x: rect.left + x, y: rect.top + y});
     const p = candidates.find((c) => c && hits(c.x, c.y));
     if (!p) return {x: NaN, y: NaN, onWidget: false, hitsBox: false};
-    // What a person would hit there: it must be this widget's canvas, not an overlay.
-    const el = document.elementFromPoint(p.x, p.y);
+    // What a person would hit there: it must be this widget's canvas, not an overlay. Asked of the
+    // root's own document or shadow root: marimo draws widgets inside a shadow DOM, where
+    // document.elementFromPoint only sees the host element.
+    const el = root.getRootNode().elementFromPoint(p.x, p.y);
     return {x: p.x, y: p.y, onWidget: !!el && root.contains(el) && el.tagName === 'CANVAS', hitsBox: true};
 }"""
 
