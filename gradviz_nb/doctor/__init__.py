@@ -29,6 +29,7 @@ from gradviz_nb.doctor.findings import KINDS, Diagnosis, Finding
 from gradviz_nb.doctor.observe import StepRecord, observe_step
 from gradviz_nb.doctor.state import TrainingState
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.compiled import unwrap_compiled
 
 __all__ = ["Diagnosis", "Finding", "doctor"]
 
@@ -55,6 +56,7 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
         print(dx.summary())
     """
     _check(step, model, optimizer, steps)
+    model = unwrap_compiled(model)  # torch.compile(model): same parameters, named without "_orig_mod."
     saved = TrainingState.save(model, optimizer)
     records: list[StepRecord] = []
     origin: Finding | None = None

@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.compiled import compiling, real_named_modules, unwrap_compiled
 from gradviz_nb.tracing.ghosts import ForwardObserver, Ghost, InplaceWrite
 
 
@@ -79,7 +80,8 @@ class Capture:
         if model is not None and not isinstance(model, nn.Module):
             raise GradvizError(f"gv.capture expects an nn.Module, got {type(model).__name__}.")
         _sequence_counter()  # check the private API exists before any forward runs
-        self.model = model
+        self._hooked = model  # torch.compile's wrapper is hooked too; names come from the model it wraps
+        self.model = unwrap_compiled(model)
         self._forwards: deque[_Forward] = deque(maxlen=keep_forwards)
         self._stack: list[ModuleCall] = []
         self._handles: list[Any] = []
@@ -96,7 +98,8 @@ class Capture:
                 self._counts.clear()  # watch mode: number calls within each outermost forward
         self._counts[path] = self._counts.get(path, 0) + 1
         parent = self._stack[-1] if self._stack else None
-        call = ModuleCall(path, type(module).__name__, parent, _sequence_counter(), index=self._counts[path])
+        kind = type(unwrap_compiled(module)).__name__  # a compiled submodule's box says what it wraps
+        call = ModuleCall(path, kind, parent, _sequence_counter(), index=self._counts[path])
         self._forwards[-1].calls.append(call)
         self._stack.append(call)
 
@@ -120,14 +123,20 @@ class Capture:
             self._observer.__enter__()  # type: ignore[no-untyped-call]
         # Two global hooks instead of two per module: starting and stopping cost O(1) hook
         # registrations, and modules outside the model are skipped by one dict lookup.
-        paths = {id(m): path for path, m in self.model.named_modules()} if self.model is not None else {}
+        paths = real_named_modules(self._hooked) if self._hooked is not None else {}
 
+        # While dynamo traces (torch.compile), the hooks do nothing: reading the sequence counter there would
+        # split the user's compiled graph. The compiled region lands in the eager call around it.
         def pre(module: nn.Module, args: Any) -> None:
+            if compiling():
+                return
             path = paths.get(id(module))
             if path is not None:
                 self._pre(path, module)
 
         def post(module: nn.Module, args: Any, out: Any) -> None:
+            if compiling():
+                return
             path = paths.get(id(module))
             if path is not None:
                 self._post(path)

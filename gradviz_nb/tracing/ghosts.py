@@ -131,7 +131,9 @@ class ForwardObserver(TorchFunctionMode):
         self._carrier: dict[int, tuple[weakref.ref[torch.Tensor], list[Ghost]]] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if self.paused:
+        if self.paused or torch.compiler.is_compiling():
+            # Under torch.compile the mode is traced by dynamo: it must stay transparent there, or its
+            # reads (.tolist(), weakrefs) would split the user's graph and run the model eagerly instead.
             return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
         target = args[0] if args and name.endswith("_") and not name.endswith("__") else None
