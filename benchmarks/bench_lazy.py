@@ -29,8 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
-from gradviz_nb.widgets.lazy import LazyGraph
-from gradviz_nb.widgets.payload import fold_groups, initial_expanded, to_payload
+from gradviz_nb.widgets import page
+from gradviz_nb.widgets.page.lazy import LazyGraph
+from gradviz_nb.widgets.page.payload import fold_groups, initial_expanded
 
 
 def median_ms(fn: Callable[[], Any], repeats: int) -> float:
@@ -49,8 +50,8 @@ def bench(n_layer: int, repeats: int) -> None:
         loss = gpt2_loss(model, batch=1, seq=8)
     g = gv.trace(loss, model=model, capture=cap)
     n = len(g)
-    eager_bytes = len(json.dumps(to_payload(g)))
-    eager_ms = median_ms(lambda: json.dumps(to_payload(g)), repeats)
+    eager_bytes = len(json.dumps(page.graph(g)))
+    eager_ms = median_ms(lambda: json.dumps(page.graph(g)), repeats)
     index_ms = median_ms(lambda: LazyGraph(g), repeats)
     lazy = LazyGraph(g)
     loaded = ["", *initial_expanded(g)]

@@ -15,8 +15,8 @@ loss and in one process:
 (a) ``gv.trace(loss, model=m, capture=cap)``: median wall and process-CPU time of ``--repeats`` calls
     (GC off while timing), and the peak Python heap of one more call under ``tracemalloc``;
 (b) torchviz ``make_dot(loss, params=...)``: the same (the ``Digraph`` object only, no render);
-(c) the widget payload: ``len(json.dumps(to_payload(g)))`` and the time of ``to_payload`` + ``dumps``;
-    and the lazy skeleton a big graph's widget really sends first (``gradviz_nb.widgets.lazy``);
+(c) the widget payload: ``len(json.dumps(page.graph(g)))`` and the time of ``to_payload`` + ``dumps``;
+    and the lazy skeleton a big graph's widget really sends first (``gradviz_nb.widgets.page.lazy``);
 (d) torchview ``draw_graph(model, input_data=tokens, depth=3)``, which builds its graph by running a
     forward itself, against the same work on our side: a forward inside ``gv.capture`` plus
     ``gv.trace`` (row "fwd+trace"); skipped above ``--torchview-max-nodes``.
@@ -84,7 +84,7 @@ class SizeResult:
     dot_note: str = ""
     payload_bytes: int = 0
     payload: Stats | None = None
-    lazy_bytes: int = 0  # the lazy skeleton (0 when gradviz_nb.widgets.lazy is not there)
+    lazy_bytes: int = 0  # the lazy skeleton (0 when gradviz_nb.widgets.page.lazy is not there)
     fwd_trace: Stats | None = None  # forward in gv.capture + gv.trace, to set against torchview
     tv: Stats | None = None
     tv_note: str = ""
@@ -130,7 +130,7 @@ def peak_python_bytes(fn: Callable[[], object]) -> int:
 
 def bench_size(gv: Any, target: int, repeats: int, torchview_max: int) -> SizeResult:
     """Build a GPT-2 of about ``target`` autograd nodes and measure every row on it."""
-    from gradviz_nb.widgets.payload import to_payload
+    from gradviz_nb.widgets import page
 
     n_layer = n_layer_for(target)
     t0 = time.perf_counter()
@@ -149,12 +149,12 @@ def bench_size(gv: Any, target: int, repeats: int, torchview_max: int) -> SizeRe
     res.trace_peak = peak_python_bytes(trace)
 
     def payload() -> int:
-        return len(json.dumps(to_payload(g)))
+        return len(json.dumps(page.graph(g)))
 
     res.payload_bytes = payload()
     res.payload = measure(payload, repeats)
     try:
-        from gradviz_nb.widgets.lazy import lazy_payload
+        from gradviz_nb.widgets.page.lazy import lazy_payload
     except ImportError:
         pass
     else:

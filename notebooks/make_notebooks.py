@@ -238,9 +238,9 @@ print(d.summary())
 assert d.added_leaves == sorted(n for n in lora.leaves() if "lora_" in n)"""),
     ("md", """The diff view: the "after" graph plus what was removed, every node with a status (added, removed,
 changed, same) in the widget's `diff` trait (the page's colours for it are on the way; the data is here)."""),
-    ("code", """view = gv.GraphWidget(d.merged(), diff=d.to_payload(), height=520)
+    ("code", """view = gv.GraphWidget(d, height=520)
 view.expanded = ["blocks.0", "blocks.0.attn", "blocks.0.attn.c_attn"]
-print({status: list(d.to_payload()["status"].values()).count(status) for status in ("added", "changed", "same")})
+print({status: list(view.diff["status"].values()).count(status) for status in ("added", "changed", "same")})
 view"""),
     ("md", """## 3. Before and after activation checkpointing
 
@@ -258,7 +258,7 @@ anything; tensors sharing storage are counted once, parameters the model holds a
     ("code", """mem = gv.memory_held(plain)
 print(mem.table(8))
 print({call: total for call, total in mem.per_call.items() if call.count(".") == 1})"""),
-    ("code", """gv.GraphWidget(plain, overlay=mem.to_overlay("size"), height=480)"""),
+    ("code", """gv.GraphWidget(mem, height=480)  # drawn by bytes held (node size)"""),
 ]
 
 STEP_BY_STEP = [

@@ -29,12 +29,12 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 # Mount the bundle (imported from a Blob URL, as an exported page does) with the fake model; the
-# optional third argument is a lazy page's chunks (call id -> Chunk) the fake model answers loads from.
+# optional third argument is what the fake model answers requests from (``messages.Answers``).
 HARNESS = (
-    "async ([source, state, chunks]) => {\n"
+    "async ([source, state, answers]) => {\n"
     + FAKE_MODEL
     + """
-  const model = gradvizFakeModel(state, chunks || null);
+  const model = gradvizFakeModel(state, answers || null);
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
   const mod = await import(url);
   const el = document.getElementById("host");
@@ -70,7 +70,9 @@ def browser() -> Iterator[Any]:
 class MountedPage:
     """A blank page with the widget mounted on ``state`` (``window.gv``: model, el, cleanup, hook),
     and what it logged: console errors and page errors in ``errors``, dialogs (dismissed) in ``dialogs``.
-    ``chunks`` (a lazy ``state``: ``LazyGraph(g).all_chunks()``) lets the fake model answer load requests."""
+    ``chunks`` (a lazy ``state``: ``LazyGraph(g).all_chunks()``, call id -> Chunk) lets the fake model answer
+    load requests: each becomes the reply body ``{"chunks": [chunk]}`` of a load of that one call, as
+    ``gradviz_nb.widgets.page.messages.answers`` embeds them in an exported page."""
 
     def __init__(
         self,
@@ -91,7 +93,8 @@ class MountedPage:
         host = f'<div id="host" style="width:{width}px"></div>'
         html.write_text(f'<!doctype html><html><body style="margin:10px">{host}</body></html>')
         self.page.goto(html.as_uri())
-        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state, chunks])
+        answers = {"load": {call: {"chunks": [chunk]} for call, chunk in chunks.items()}} if chunks else None
+        self.page.evaluate(HARNESS, [BUNDLE.read_text(), state, answers])
 
     def _dialog(self, dialog: Any) -> None:
         self.dialogs.append(dialog.message)

@@ -186,34 +186,6 @@ class GraphDiff:
                              "recomputed during backward instead of kept")
         return "\n".join(lines)
 
-    def to_payload(self) -> dict[str, Any]:
-        """The diff view's data (``js/src/payload.ts`` ``GraphDiff``): draw :meth:`merged` with it."""
-        status: dict[str, str] = {n: "added" for n in self.added}
-        status.update({a: "same" for _, a in self.same})
-        status.update({c.after: "changed" for c in self.changed})
-        status.update({REMOVED_PREFIX + n: "removed" for n in self.removed})
-        known = self.memory_before is not None and self.memory_after is not None
-        mem_b = self.memory_before.per_node if self.memory_before is not None and known else {}
-        mem_a = self.memory_after.per_node if self.memory_after is not None and known else {}
-        after_of = {b: a for b, a in self.same} | {c.before: c.after for c in self.changed}
-        memory = {a: [mem_b.get(b, 0), mem_a.get(a, 0)] for b, a in after_of.items()
-                  if mem_b.get(b, 0) != mem_a.get(a, 0)}
-        memory.update({n: [0, mem_a[n]] for n in self.added if mem_a.get(n)})
-        memory.update({REMOVED_PREFIX + n: [mem_b[n], 0] for n in self.removed if mem_b.get(n)})
-        return {
-            "status": status,
-            "why": {c.after: c.why for c in self.changed},
-            "added_leaves": self.added_leaves,
-            "removed_leaves": self.removed_leaves,
-            "gained": self.gained,
-            "lost": self.lost,
-            "hidden": self.hidden,
-            "memory": memory,
-            "memory_total": [self.memory_before.activations, self.memory_after.activations]
-            if self.memory_before is not None and self.memory_after is not None else [0, 0],
-            "summary": self.summary(),
-        }
-
     def merged(self) -> AutogradGraph:
         """``after`` plus ``before``'s removed nodes (ids ``"was:<id>"``) and their edges: one graph to draw
         the diff on. Calls only ``before`` had are added, so removed nodes keep their module boxes."""
@@ -257,7 +229,7 @@ def diff(before: AutogradGraph, after: AutogradGraph) -> GraphDiff:
         d = gv.diff(gv.trace(loss_plain, model=m), gv.trace(loss_lora, model=m_lora))
         d.added_leaves        # ["blocks.0.attn.c_attn.lora_A", ...]
         print(d.summary())
-        widget = gv.GraphWidget(d.merged()); widget.diff = d.to_payload()
+        gv.GraphWidget(d)     # the merged graph, coloured by status
     """
     _check_graph(before, "before")
     _check_graph(after, "after")

@@ -146,15 +146,10 @@ class MemoryReport:
                      " (trace with use_reentrant=False to count it)")
         return text
 
-    def to_overlay(self, encoding: str = "size") -> dict[str, Any]:
-        """The ``Overlay`` (``js/src/payload.ts``) drawing nodes and boxes by bytes; set it on
-        ``GraphWidget.overlay``."""
-        if encoding not in ("size", "color"):
-            raise ValueError(f"encoding must be 'size' or 'color', got {encoding!r}")
-        values: dict[str, float] = {n: float(b) for n, b in self.per_node.items() if b > 0}
-        values.update({f"call:{c}": float(b) for c, b in self.per_call.items() if c and b > 0})
-        return {"title": OVERLAY_TITLE, "values": values, "scale": "log", "encoding": encoding,
-                "marks": {}, "unit": "B"}
+    @property
+    def graph(self) -> AutogradGraph:
+        """The graph this report measured."""
+        return self._graph
 
     def __repr__(self) -> str:
         return f"<MemoryReport {self.summary().splitlines()[0]}>"
@@ -173,7 +168,7 @@ def memory_held(graph: AutogradGraph | Any) -> MemoryReport:
         mem = gv.memory_held(g)
         print(mem.table(5))
         mem.recomputed_ops, mem.recompute_share   # what checkpointing costs
-        widget.overlay = mem.to_overlay("color")
+        widget.overlay = mem        # drawn over the graph (GraphWidget converts it)
     """
     graph = _as_graph(graph)
     g = graph.nx

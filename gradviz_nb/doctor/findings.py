@@ -70,16 +70,6 @@ class Diagnosis:
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
-    def to_page(self) -> list[dict[str, Any]]:
-        """The findings as the page lists them (``DoctorFinding`` in ``js/src/payload.ts``)."""
-        return [asdict(f) for f in self.findings]
-
-    def to_overlay(self) -> dict[str, Any]:
-        """A ``GraphWidget.overlay`` marking every node or box that has a finding."""
-        marks = {f.node: "nan" if f.kind in ("nan-origin", "nan") else "flag" for f in self.findings if f.node}
-        return {"title": "doctor findings", "values": {}, "scale": "linear", "encoding": "color", "marks": marks,
-                "unit": ""}
-
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "steps": self.steps, "restored": self.restored, "notes": list(self.notes),
                 "findings": [asdict(f) for f in self.findings]}

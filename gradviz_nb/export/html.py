@@ -4,7 +4,10 @@ The page needs no kernel and no network: the same ESM bundle anywidget loads is 
 string, imported from a Blob URL), and a small fake model (get/set/on/off/save_changes/send) holds the
 widget's synced traits. Everything interactive that the page computes itself keeps working: pan/zoom,
 expand/collapse, details, what-if toggles, the backward stepper. A lazy widget's page (a big graph)
-embeds every module call's chunk too, and the fake model answers the view's load requests from them.
+embeds the reply body of every module call's load request too, computed ahead by the kernel's own
+handlers (``gradviz_nb.widgets.page.messages``); the fake model looks them up and wraps them in the
+reply envelope with the request's id. The page is written from a state (``page.Snapshot``: the synced
+traits, those answers, a caption), never from the widget class.
 A Content-Security-Policy forbids any network access (only inline, blob: and data: resources), so the
 page can be opened from ``file://``.
 """
@@ -15,14 +18,10 @@ import html
 import json
 import os
 import pathlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.widgets.finite_json import finite_json
-
-if TYPE_CHECKING:
-    from gradviz_nb.tracing.graph import AutogradGraph
-    from gradviz_nb.widgets.graph_widget import GraphWidget
+from gradviz_nb.widgets.page.state import Snapshot, page_snapshot
 
 BUNDLE = pathlib.Path(__file__).parent.parent / "static" / "widget.js"
 # Traits that make no sense without a kernel: the page must not offer a re-run.
@@ -35,24 +34,35 @@ CSP = (
 
 # The stand-in for anywidget's model, the ONE fake model (the page tests mount the bundle with it too,
 # tests/pagekit.py). Backbone-like: `set` fires "change:<name>" only when the value changed; `saves`
-# counts save_changes calls, `sent` keeps what the view sent (a re-run request has no kernel to go to);
-# `on("msg:custom", f)` gets the replies to load requests, from the optional `chunks` map.
+# counts save_changes calls, `sent` keeps what the view sent. Requests (`PageRequest`: id, kind, body)
+# are answered from `answers` (see gradviz_nb.widgets.page.messages.answers: the kernel's own reply
+# bodies, by kind and argument), wrapped as `PageReply` with the request's id, asynchronously as a
+# kernel would; what it cannot answer gets ok: false and an error. Malformed messages are ignored.
 FAKE_MODEL = """
-function gradvizFakeModel(state, chunks) {
+function gradvizFakeModel(state, answers) {
   const listeners = {};
-  // A lazy page's load requests are answered from `chunks` (call id -> Chunk), asynchronously as a
-  // kernel would: every "msg:custom" listener gets ({kind: "chunks", chunks}, []).
-  const answer = (msg) => {
-    const calls = Array.isArray(msg.calls) ? msg.calls : null;
-    const known = (c) => chunks && Object.prototype.hasOwnProperty.call(chunks, c);
-    const missing = calls ? calls.filter((c) => !known(c)) : [];
-    let reply = { kind: "chunks", chunks: [], error: "load: 'calls' must be a list of module call ids." };
-    if (calls && missing.length) {
-      reply.error = "load: unknown module call ids " + missing.map((c) => JSON.stringify(c)).join(", ") +
-        (chunks ? "." : " (this page embeds no chunks).");
-    } else if (calls) {
-      reply = { kind: "chunks", chunks: [...new Set(calls)].map((c) => chunks[c]) };
+  const table = answers || { load: {} };
+  const has = (o, k) => o != null && Object.prototype.hasOwnProperty.call(o, k);
+  const body = (kind, args) => {
+    if (kind === "load") {
+      const calls = args && args.calls;
+      if (!Array.isArray(calls)) return { error: "load: 'calls' must be a list of module call ids." };
+      const missing = calls.filter((c) => !has(table.load, c));
+      if (missing.length) {
+        return { error: "load: unknown module call id" + (missing.length > 1 ? "s " : " ") +
+          missing.map((c) => JSON.stringify(c)).join(", ") + " (ids are GraphPayload.calls[].id, '' = top level)." };
+      }
+      return { body: { chunks: [...new Set(calls)].flatMap((c) => table.load[c].chunks) } };
     }
+    return { error: kind + ": this page was exported without a kernel, so it cannot answer that; " +
+      "run the notebook to use it." };
+  };
+  const answer = (msg) => {
+    if (!msg || typeof msg !== "object" || !Number.isInteger(msg.id)) return;  // nothing to reply to
+    const found = body(msg.kind, msg.body);
+    const reply = found.error === undefined
+      ? { id: msg.id, kind: "reply", ok: true, body: found.body }
+      : { id: msg.id, kind: "reply", ok: false, error: found.error };
     setTimeout(() => { for (const f of listeners["msg:custom"] || []) f(reply, []); }, 0);
   };
   const model = {
@@ -68,7 +78,7 @@ function gradvizFakeModel(state, chunks) {
     save_changes() { model.saves++; },
     send(msg) {
       model.sent.push(msg);
-      if (msg && msg.kind === "load") answer(msg);
+      answer(msg);
     },
     listenerCount: () => Object.values(listeners).reduce((n, l) => n + l.length, 0),
   };
@@ -79,8 +89,8 @@ function gradvizFakeModel(state, chunks) {
 # The page's module script; `window.gradvizModel` lets tests (and curious users) drive the model.
 MOUNT = FAKE_MODEL + """
 const read = (id) => JSON.parse(document.getElementById(id).textContent);
-const chunks = document.getElementById("gradviz-chunks");
-const model = gradvizFakeModel(read("gradviz-state"), chunks ? read("gradviz-chunks") : null);
+const answers = document.getElementById("gradviz-answers");
+const model = gradvizFakeModel(read("gradviz-state"), answers ? read("gradviz-answers") : null);
 window.gradvizModel = model;
 const url = URL.createObjectURL(new Blob([read("gradviz-bundle")], { type: "text/javascript" }));
 const widget = (await import(url)).default;
@@ -109,7 +119,7 @@ PAGE = """<!doctype html>
 <p class="gradviz-caption">{caption}</p>
 <div id="gradviz-host"></div>
 <script type="application/json" id="gradviz-state">{state}</script>
-{chunks}<script type="application/json" id="gradviz-bundle">{bundle}</script>
+{answers}<script type="application/json" id="gradviz-bundle">{bundle}</script>
 <script type="module">{mount}</script>
 </body>
 </html>
@@ -126,82 +136,60 @@ def script_json(value: Any) -> str:
     return text
 
 
-def widget_state(widget: GraphWidget) -> dict[str, Any]:
-    """The widget's synced traits as plain JSON (anywidget/ipywidgets plumbing and private ones left out)."""
-    import ipywidgets
-
-    plumbing = set(ipywidgets.DOMWidget.class_trait_names(sync=True))
-    names = [n for n in widget.trait_names(sync=True) if not n.startswith("_") and n not in plumbing]
-    state = {n: getattr(widget, n) for n in sorted(names)}
-    state.update(NO_KERNEL)
-    plain: dict[str, Any] = json.loads(json.dumps(state, allow_nan=False))  # plain JSON, a copy
-    return plain
+def exported_state(view: Any) -> dict[str, Any]:
+    """The synced traits the exported page of ``view`` (a widget, a snapshot, or anything ``GraphWidget``
+    accepts) starts from, as plain JSON: what ``window.gradvizModel.state`` holds there."""
+    snap = page_snapshot(view)
+    state: dict[str, Any] = json.loads(json.dumps({**snap.state, **NO_KERNEL}, allow_nan=False))
+    return dict(sorted(state.items()))
 
 
-def page_html(widget: GraphWidget, title: str | None = None) -> str:
-    """The page's text (see :func:`export_html`)."""
+def page_html(snap: Snapshot, title: str | None = None) -> str:
+    """The page's text for a snapshot (see :func:`export_html`)."""
     if not BUNDLE.exists():
         raise GradvizError("export_html: the front-end bundle gradviz_nb/static/widget.js is missing; "
                            "run `npm --prefix js ci && npm --prefix js run build`.")
     from gradviz_nb import __version__
 
-    graph = widget.graph
-    caption = "\n".join(graph.summary().splitlines()[:2])
-    state = widget_state(widget)
-    chunks = ""
-    if "wiring" in state["graph_data"]:  # lazy: every box's records, for the fake model's load replies
-        embedded = script_json(finite_json(widget.lazy_graph().all_chunks()))
-        chunks = f'<script type="application/json" id="gradviz-chunks">{embedded}</script>\n'
+    answers = ""
+    if snap.answers["load"]:  # lazy: every box's load reply, for the fake model
+        answers = f'<script type="application/json" id="gradviz-answers">{script_json(snap.answers)}</script>\n'
     return PAGE.format(
         csp=CSP,
         version=__version__,
         title=html.escape(title or "gradviz_nb: autograd graph"),
-        caption=html.escape(caption),
-        state=script_json(state),
-        chunks=chunks,
+        caption=html.escape(snap.caption),
+        state=script_json(exported_state(snap)),
+        answers=answers,
         bundle=script_json(BUNDLE.read_text(encoding="utf-8")),
         mount=MOUNT,
     )
 
 
-def export_html(
-    graph_or_widget: AutogradGraph | GraphWidget,
-    path: str | os.PathLike[str],
-    title: str | None = None,
-    **traits: Any,
-) -> pathlib.Path:
+def write_html(snap: Snapshot, path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
+    """Write the page of ``snap`` to ``path``; returns the path written."""
+    out = pathlib.Path(path)
+    out.write_text(page_html(snap, title), encoding="utf-8")
+    return out
+
+
+def export_html(source: Any, path: str | os.PathLike[str], title: str | None = None, **traits: Any) -> pathlib.Path:
     """Write one self-contained HTML file showing the graph, interactive with no kernel and no network.
 
-    ``graph_or_widget``: an :class:`AutogradGraph` (drawn as a fresh widget would be) or a
-    ``GraphWidget`` (its current state: open boxes, selection, toggles, overlay, recording, diff).
-    ``traits`` override synced traits, e.g. ``expanded=["blocks.0"]`` or ``overlay=mem.to_overlay()``.
-    Returns the path written.
+    ``source``: anything ``GraphWidget`` draws (an :class:`AutogradGraph`, a loss tensor, a recording, a
+    diff, a diagnosis, a memory report; drawn as a fresh widget would be), or a live widget (its current
+    state: open boxes, selection, toggles, overlay, recording, diff). ``traits`` override synced traits,
+    converted as the widget converts them, e.g. ``expanded=["blocks.0"]`` or ``overlay=mem``; a widget
+    given is left as it is. Returns the path written.
 
     Example::
 
         gv.export_html(g, "graph.html", title="GPT-2 small, LoRA adapters")
+        gv.export_html(gv.diff(before, after), "diff.html")
         widget.save_html("view.html")     # the same, from a widget
     """
-    from gradviz_nb.tracing.graph import AutogradGraph
-    from gradviz_nb.widgets.graph_widget import GraphWidget
-
-    if isinstance(graph_or_widget, AutogradGraph):
-        widget = GraphWidget(graph_or_widget)
-    elif isinstance(graph_or_widget, GraphWidget):
-        widget = graph_or_widget
-        if traits:  # a copy with the overrides, leaving the user's widget as it is
-            copy = GraphWidget(widget.graph, lazy=widget.lazy)
-            for name, value in widget_state(widget).items():
-                setattr(copy, name, value)
-            widget = copy
-    else:
-        raise GradvizError(
-            f"export_html: expected an AutogradGraph or a GraphWidget, got {type(graph_or_widget).__name__}."
-        )
-    for name, value in traits.items():
-        if not widget.has_trait(name) or name.startswith("_"):
-            raise GradvizError(f"export_html: GraphWidget has no trait {name!r} to set.")
-        setattr(widget, name, value)
-    out = pathlib.Path(path)
-    out.write_text(page_html(widget, title), encoding="utf-8")
-    return out
+    try:
+        snap = page_snapshot(source, **traits)
+    except GradvizError as err:
+        raise GradvizError(f"export_html: {err}") from None
+    return write_html(snap, path, title)

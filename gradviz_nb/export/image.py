@@ -1,6 +1,7 @@
 """The current view as PNG or SVG, from Python, with no front end attached.
 
-The widget's state is exported as a self-contained page (:mod:`gradviz_nb.export.html`), opened in
+A view's state (a ``page.Snapshot``: a widget's, or one built from anything ``GraphWidget`` accepts) is
+written as a self-contained page (:mod:`gradviz_nb.export.html`), opened in
 headless Chromium (Playwright), laid out by the real front end, and the page's own exporters answer
 (the same the toolbar's PNG / SVG buttons use, so there is one SVG writer, ``js/src/view/svg.ts``):
 - PNG: ``__gradviz.toPNG(scale)``, Cytoscape's ``cy.png({full: true, scale})``;
@@ -15,14 +16,11 @@ import os
 import pathlib
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.export.html import export_html
-
-if TYPE_CHECKING:
-    from gradviz_nb.tracing.graph import AutogradGraph
-    from gradviz_nb.widgets.graph_widget import GraphWidget
+from gradviz_nb.export.html import write_html
+from gradviz_nb.widgets.page.state import page_snapshot
 
 CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -32,8 +30,9 @@ TIMEOUT_MS = 60_000
 HOOK = "document.querySelector('.gradviz-root').__gradviz"
 
 
-def in_page(widget: GraphWidget | AutogradGraph, script: str, arg: Any = None, width: int = 1200) -> Any:
-    """Export the view as a page, lay it out in headless Chromium, and return ``script(arg)`` evaluated there.
+def in_page(view: Any, script: str, arg: Any = None, width: int = 1200) -> Any:
+    """Export ``view`` (a ``page.Snapshot``, a widget, or anything ``GraphWidget`` accepts) as a page, lay
+    it out in headless Chromium, and return ``script(arg)`` evaluated there.
 
     Playwright's sync API refuses to run where an asyncio loop is running (a Jupyter kernel), so the
     browser is driven from a short-lived worker thread.
@@ -50,8 +49,9 @@ def in_page(widget: GraphWidget | AutogradGraph, script: str, arg: Any = None, w
             f"image export needs Chromium at {CHROMIUM}: `apt-get install -y chromium`, or set GRADVIZ_CHROMIUM "
             "to a Chromium/Chrome executable. Or save the page with save_html and use the browser."
         )
+    snap = page_snapshot(view)
     with tempfile.TemporaryDirectory(prefix="gradviz_") as tmp:
-        page_file = export_html(widget, pathlib.Path(tmp) / "view.html")
+        page_file = write_html(snap, pathlib.Path(tmp) / "view.html")
         with ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(_evaluate, page_file, script, arg, width).result()
 
@@ -75,16 +75,16 @@ def _evaluate(page_file: pathlib.Path, script: str, arg: Any, width: int) -> Any
             browser.close()
 
 
-def save_png(widget: GraphWidget | AutogradGraph, path: str | os.PathLike[str], scale: float = 2) -> pathlib.Path:
+def save_png(view: Any, path: str | os.PathLike[str], scale: float = 2) -> pathlib.Path:
     """Write the whole current view (all of it, not just what fits) as PNG at ``scale`` x resolution."""
-    data_url: str = in_page(widget, f"(scale) => {HOOK}.toPNG(scale)", scale)
+    data_url: str = in_page(view, f"(scale) => {HOOK}.toPNG(scale)", scale)
     out = pathlib.Path(path)
     out.write_bytes(base64.b64decode(data_url.split(",", 1)[1]))
     return out
 
 
-def save_svg(widget: GraphWidget | AutogradGraph, path: str | os.PathLike[str]) -> pathlib.Path:
+def save_svg(view: Any, path: str | os.PathLike[str]) -> pathlib.Path:
     """Write the whole current view as SVG: module boxes, nodes with their labels as text, edges with arrows."""
     out = pathlib.Path(path)
-    out.write_text(in_page(widget, f"() => {HOOK}.toSVG()"), encoding="utf-8")
+    out.write_text(in_page(view, f"() => {HOOK}.toSVG()"), encoding="utf-8")
     return out

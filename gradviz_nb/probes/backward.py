@@ -29,7 +29,7 @@ from gradviz_nb.tracing.trace import trace_with_nodes
 SMALL = 64  # gradients with at most this many elements keep their full values
 
 
-def _as_list(t: torch.Tensor) -> list[float]:
+def as_list(t: torch.Tensor) -> list[float]:
     """Every element, flat (a sparse gradient densified first)."""
     values: list[float] = (t.to_dense() if t.is_sparse else t).flatten().tolist()
     return values
@@ -45,11 +45,6 @@ class GradStats:
     max_abs: float
     nonfinite: bool
     value: torch.Tensor | None = field(default=None, repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        small = self.value if self.value is not None and self.value.numel() <= SMALL else None
-        return {"shape": self.shape, "norm": self.norm, "mean": self.mean, "max_abs": self.max_abs,
-                "nonfinite": self.nonfinite, "value": _as_list(small) if small is not None else None}
 
 
 @dataclass
@@ -184,28 +179,13 @@ class BackwardRecording:
         received = step.grad_outputs[0].value if step.grad_outputs and step.grad_outputs[0] else None
         return explain(
             step.op,
-            _as_list(received) if received is not None else None,
+            as_list(received) if received is not None else None,
             inputs,
             self.values.get(step.node),
-            [_as_list(s.value) if s is not None and s.value is not None else None for s in step.grad_inputs],
+            [as_list(s.value) if s is not None and s.value is not None else None for s in step.grad_inputs],
             n_elements=_numel(inputs[0]) if inputs else None,
             exponent=self.exponents.get(step.node),
         )
-
-    def to_payload(self) -> dict[str, Any]:
-        """Plain JSON for the page's stepper (``js/src/payload.ts`` ``Recording``)."""
-
-        def grads(items: list[GradStats | None]) -> list[dict[str, Any] | None]:
-            return [g.to_json() if g is not None else None for g in items]
-
-        steps = [
-            {"node": s.node, "op": s.op, "pass": s.pass_index, "received": grads(s.grad_outputs),
-             "sent": grads(s.grad_inputs), "deliveries": [[d.target, d.output_nr, d.input_nr] for d in s.deliveries],
-             "leaf_before": s.leaf_before.to_json() if s.leaf_before else None,
-             "leaf_after": s.leaf_after.to_json() if s.leaf_after else None, "explain": self.explain(s)}
-            for s in self.steps
-        ]
-        return {"passes": self.passes, "steps": steps, "values": self.values}
 
     @property
     def first_nonfinite(self) -> Step | None:

@@ -501,45 +501,18 @@ def gradient_flow(
     layers = [m for m in modules if m.path in owners]
     flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture)
     if optimizer is not None:
-        tensors = dict(model.named_parameters(remove_duplicate=False))
+        tensors = {real_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
         flags += [Flag(*finding) for finding in optimizer_flags(params, tensors, optimizer)]
     return GradientFlow(params, modules, flags, thresholds, scale)
 
 
 def overlay(flow: GradientFlow, graph: AutogradGraph) -> dict[str, Any]:
-    """The ``GraphWidget.overlay`` for ``flow`` on ``graph`` (``js/src/payload.ts`` ``Overlay``).
+    """Deprecated facade (imports the page layer lazily, like :meth:`GradientFlow.chart`): set the flow
+    itself, ``widget.overlay = flow``, or use ``gradviz_nb.widgets.page.overlay(flow, graph=g)``. Kept
+    only until ``widgets/dashboard.py`` stops importing it."""
+    from gradviz_nb.widgets.page.convert import flow_overlay
 
-    Leaves get their parameter's gradient norm, module boxes (``"call:<id>"``) their module's;
-    marks: ``no-grad`` (no gradient), ``nan`` (NaN/Inf), ``flag`` (vanishing, exploding, dead adapter).
-    """
-    values: dict[str, float] = {}
-    marks: dict[str, str] = {}
-    flagged_paths = {f.target for f in flow.flags if f.kind in ("vanishing", "exploding", "dead-adapter")}
-    flagged_params = {n for f in flow.flags if f.kind == "dead-adapter" for n in f.params}
-    leaves = graph.leaves()
-    for p in flow.params:
-        node = next((leaves[n] for n in p.names if n in leaves), None)
-        if node is None:
-            continue
-        if not p.has_grad:
-            marks[node] = "no-grad"
-            continue
-        if math.isfinite(p.norm):
-            values[node] = p.norm
-        if p.nonfinite:
-            marks[node] = "nan"
-        elif p.module in flagged_paths or any(n in flagged_params for n in p.names):
-            marks[node] = "flag"
-    by_path = {m.path: m for m in flow.modules}
-    for call in graph.calls:
-        m = by_path.get(call["path"])
-        if m is None or not m.n_with_grad:
-            continue
-        key = f"call:{call['id']}"
-        if math.isfinite(m.norm):
-            values[key] = m.norm  # marks are per node id in the contract: a box shows its members' marks
-    return {"title": "gradient L2 norm", "values": values, "scale": "log", "encoding": "color",
-            "marks": marks, "unit": ""}
+    return dict(flow_overlay(flow, graph))
 
 
 HIST_RANGE = (-12.0, 4.0)  # log10 |gradient|; values outside are clamped into the end bins

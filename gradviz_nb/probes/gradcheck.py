@@ -102,11 +102,6 @@ class GradCheck:
             lines.append(f"  not named (reaches no leaf's gradient): {', '.join(self.conventions)}")
         return "\n".join(lines)
 
-    def to_overlay(self) -> dict[str, Any]:
-        """The ``Overlay`` (``js/src/payload.ts``): wrong nodes flagged and coloured by relative error."""
-        return {"title": OVERLAY_TITLE, "values": {w.node: w.rel_error for w in self.wrong}, "scale": "log",
-                "encoding": "color", "marks": {w.node: "flag" for w in self.wrong}, "unit": ""}
-
     def __repr__(self) -> str:
         return f"<GradCheck {'ok' if self.ok else 'WRONG'}{': ' + self.wrong[0].describe() if self.wrong else ''}>"
 
@@ -122,7 +117,7 @@ def gradcheck(fn: Callable[..., Any], inputs: torch.Tensor | Sequence[Any], *, e
 
         res = gv.gradcheck(lambda x, w: MyMul.apply(x, w).tanh(), (x, w))
         res.wrong[0].op, res.wrong[0].input      # ("MyMulBackward", 1)
-        widget.overlay = res.to_overlay()
+        widget.overlay = res      # the wrong nodes flagged on the graph
     """
     return _Session(fn, _copy_inputs(fn, inputs, model), eps, atol, rtol, model).check()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anywidget
@@ -13,15 +13,15 @@ import traitlets
 from torch import nn
 
 from gradviz_nb.analysis.what_if import WhatIf
-from gradviz_nb.doctor.findings import Diagnosis
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.backward import BackwardRecording
 from gradviz_nb.probes.rerun import Rerunnable
-from gradviz_nb.tracing import AutogradGraph, Capture, trace
-from gradviz_nb.widgets.finite_json import finite_json, finite_nodes
-from gradviz_nb.widgets.lazy import LAZY_NODES, LazyGraph
-from gradviz_nb.widgets.payload import initial_expanded, to_payload
-from gradviz_nb.widgets.toggles import toggle_args
+from gradviz_nb.tracing import Capture
+from gradviz_nb.widgets.page.contract import Empty, Traits
+from gradviz_nb.widgets.page.lazy import LazyGraph
+from gradviz_nb.widgets.page.messages import Body, dispatch, load_body
+from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
+from gradviz_nb.widgets.page.toggles import toggle_args
+from gradviz_nb.widgets.page.traits import PageTrait
 
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
 
@@ -38,11 +38,14 @@ class GraphWidget(anywidget.AnyWidget):
             loss = criterion(model(x), y)
         gv.GraphWidget(loss, model=model, capture=cap)
 
-    ``roots`` may also be an already traced :class:`AutogradGraph`, or a recording from
-    :func:`gv.record_backward` (the widget then offers a stepper through the real backward pass), or a
-    :func:`gv.doctor` diagnosis (its findings listed above the graph and marked on their nodes).
+    ``roots`` may also be anything else the canvas shows (one route, ``gradviz_nb.widgets.page.state``):
+    an already traced :class:`AutogradGraph`; a recording from :func:`gv.record_backward` (the widget then
+    offers a stepper through the real backward pass); a :func:`gv.diff` (its merged graph coloured by
+    status); a :func:`gv.doctor` diagnosis (its findings listed beside the graph and marked on their
+    nodes); a :func:`gv.memory_held` report or a :func:`gv.gradcheck` result (drawn as an overlay). A
+    :func:`gv.gradient_flow` goes in as ``overlay=flow`` (or ``w.overlay = flow``): it has no graph.
 
-    Big graphs are sent lazily (``gradviz_nb.widgets.lazy``): the page gets the module tree and the
+    Big graphs are sent lazily (``gradviz_nb.widgets.page.lazy``): the page gets the module tree and the
     compact wiring of every node first, and each box's node records when it is opened. That happens
     by itself for a graph with module calls and more than ``LAZY_NODES`` (4,000) nodes, unless a
     ``recording`` or ``diff`` is given; ``lazy=True`` / ``lazy=False`` decides instead (``lazy=True``
@@ -51,8 +54,8 @@ class GraphWidget(anywidget.AnyWidget):
 
     _esm = _STATIC / "widget.js"
 
-    graph_data = traitlets.Dict().tag(sync=True)
-    """dict: the graph as plain JSON (``js/src/payload.ts``); the page draws only from traits."""
+    graph_data = PageTrait({}).tag(sync=True)
+    """dict: the graph as plain JSON (``GraphPayload`` in ``js/src/payload.ts``); the page draws only from traits."""
 
     expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """list[str]: ids of the module calls shown open (e.g. ``["blocks.0"]``); set it to open boxes."""
@@ -67,32 +70,34 @@ class GraphWidget(anywidget.AnyWidget):
     """dict: what-if toggles, ``{"detach": [...], "freeze": [...]}`` (see :func:`toggle_args`); the page
     answers them itself, instantly; :meth:`what_if` gives Python's answer to the same toggles."""
 
-    overlay: traitlets.Dict[str, Any] = traitlets.Dict({}).tag(sync=True)
-    """dict: per-node values drawn over the graph (``js/src/payload.ts`` ``Overlay``; ``{}`` for none):
-    title, values (node id or ``"call:<id>"`` -> number), scale, encoding, marks, unit."""
+    overlay = PageTrait({}).tag(sync=True)
+    """dict: per-node values drawn over the graph (``Overlay`` in ``js/src/payload.ts``; ``{}`` for none):
+    title, values (node id or ``"call:<id>"`` -> number), scale, encoding, marks, unit. Assign a source
+    and it is converted: ``w.overlay = gv.memory_held(g)``, ``= gv.gradient_flow(model)``, ``= gradcheck
+    result``, ``= diagnosis``; anything else is refused with a message saying what is accepted."""
 
-    recording: traitlets.Dict[str, Any] = traitlets.Dict({}).tag(sync=True)
-    """dict: a recorded backward pass for the stepper (``js/src/payload.ts`` ``Recording``; ``{}``
-    for none). Set by ``GraphWidget(gv.record_backward(loss))``."""
+    recording = PageTrait({}).tag(sync=True)
+    """dict: a recorded backward pass for the stepper (``Recording``; ``{}`` for none). Set by
+    ``GraphWidget(gv.record_backward(loss))``; ``w.recording = rec`` converts a recording too."""
 
     step = traitlets.Int(-1).tag(sync=True)
     """int: the stepper's cursor: -1 before the first step, else an index into ``recording["steps"]``."""
 
-    diff: traitlets.Dict[str, Any] = traitlets.Dict({}).tag(sync=True)
-    """dict: the diff view (``js/src/payload.ts`` ``GraphDiff``; ``{}`` for none): per-node status
-    added/removed/changed/same, leaves that gained/lost a gradient path, summary. Set it with
-    ``GraphWidget(d.merged(), diff=d.to_payload())`` for ``d = gv.diff(before, after)``."""
+    diff = PageTrait({}).tag(sync=True)
+    """dict: the diff view (``GraphDiff`` in ``js/src/payload.ts``; ``{}`` for none): per-node status
+    added/removed/changed/same, leaves that gained/lost a gradient path, summary. ``GraphWidget(d)`` for
+    ``d = gv.diff(before, after)`` draws ``d.merged()`` with it."""
 
     can_verify = traitlets.Bool(False).tag(sync=True)
     """bool: True when built by :meth:`from_fn`, so the page offers "Verify (re-run)"."""
 
-    verified = traitlets.Dict({}).tag(sync=True)
-    """dict: result of the last verified re-run (``{}`` for none): toggles, predicted_lost,
-    actual_lost, agree, unverifiable, error."""
+    verified = PageTrait({}).tag(sync=True)
+    """dict: result of the last verified re-run (``Verification``; ``{}`` for none): toggles,
+    predicted_lost, actual_lost, agree, unverifiable, error."""
 
-    findings = traitlets.List(traitlets.Dict()).tag(sync=True)
-    """list[dict]: :func:`gv.doctor`'s findings listed above the graph (``js/src/payload.ts``
-    ``DoctorFinding``; ``[]`` for none). Set by ``GraphWidget(diagnosis)``; a click on one reveals its node."""
+    findings = PageTrait([]).tag(sync=True)
+    """list[dict]: :func:`gv.doctor`'s findings listed beside the graph (``DoctorFinding``; ``[]`` for
+    none). Set by ``GraphWidget(diagnosis)`` (or ``w.findings = diagnosis``); a click on one reveals its node."""
 
     unfolded = traitlets.List(traitlets.Unicode()).tag(sync=True)
     """list[str]: ids of the fold groups (``graph_data["folds"]``, e.g. ``"fold:blocks.0"``) the user
@@ -101,7 +106,7 @@ class GraphWidget(anywidget.AnyWidget):
 
     def __init__(
         self,
-        roots: torch.Tensor | Sequence[torch.Tensor] | AutogradGraph | BackwardRecording | Diagnosis,
+        roots: Any,
         model: nn.Module | None = None,
         capture: Capture | None = None,
         names: Mapping[str, torch.Tensor] | None = None,
@@ -114,37 +119,16 @@ class GraphWidget(anywidget.AnyWidget):
                 "the widget's front-end bundle is missing (gradviz_nb/static/widget.js): "
                 "run `npm --prefix js ci && npm --prefix js run build` in the repository."
             )
-        if isinstance(roots, Diagnosis):
-            if roots.graph is None:
-                raise GradvizError("this diagnosis has no graph to draw: the step ran no backward.")
-            kwargs.setdefault("findings", roots.to_page())
-            kwargs.setdefault("overlay", roots.to_overlay())
-            roots = roots.graph
-        if isinstance(roots, BackwardRecording):
-            kwargs.setdefault("recording", roots.to_payload())
-            roots = roots.graph
-        graph = roots if isinstance(roots, AutogradGraph) else trace(roots, model, capture, names)
-        self.graph = graph
+        page_traits = {k: kwargs.pop(k) for k in list(kwargs) if k in Traits.__annotations__}
+        built = build(roots, model, capture, names, lazy, height=height, **page_traits)
+        self.graph = built.graph
         """AutogradGraph: the traced graph this widget shows."""
         self._rerun: Rerunnable | None = None
-        if lazy is None:
-            lazy = bool(graph.calls) and len(graph) > LAZY_NODES and not (kwargs.get("recording") or kwargs.get("diff"))
-        self.lazy = lazy
+        self.lazy = built.lazy is not None
         """bool: True when the page gets a skeleton and loads each box's records when opened."""
-        self._lazy_graph = LazyGraph(graph) if lazy else None
-        expanded = initial_expanded(graph)
-        graph_data = self._lazy_graph.skeleton(["", *expanded]) if self._lazy_graph else to_payload(graph)
-        super().__init__(graph_data=graph_data, expanded=expanded, height=height, **kwargs)
+        self._lazy_graph = built.lazy
+        super().__init__(**built.state, **kwargs)
         self.on_msg(self._on_page_message)
-
-    # NaN / Inf (a NaN value, gradient or norm: what users debug) cannot cross a comm as JSON.
-    @traitlets.validate("graph_data")
-    def _finite_graph(self, proposal: Any) -> Any:
-        return finite_nodes(proposal["value"])
-
-    @traitlets.validate("recording", "overlay", "diff", "findings", "verified")
-    def _finite(self, proposal: Any) -> Any:
-        return finite_json(proposal["value"])
 
     def lazy_graph(self) -> LazyGraph:
         """The index that answers the page's load requests (built on first use for an eager widget)."""
@@ -190,43 +174,49 @@ class GraphWidget(anywidget.AnyWidget):
             result = {"predicted_lost": [], "actual_lost": [], "agree": False, "unverifiable": [],
                       "error": f"{type(err).__name__}: {err}"}
         self.verified = {"toggles": toggles, **result}
-        return self.verified
+        verified: dict[str, Any] = self.verified
+        return verified
+
+    def page_state(self) -> Traits:
+        """The synced traits as the page sees them (``contract.Traits``), as plain values."""
+        state: dict[str, Any] = {name: getattr(self, name) for name in Traits.__annotations__}
+        return state  # type: ignore[return-value]
+
+    def page_snapshot(self, **traits: Any) -> Snapshot:
+        """This view's current state (with ``traits`` converted over it) and the answers to the requests
+        an exported page sends: what :mod:`gradviz_nb.export` writes."""
+        return snapshot(self.graph, self.page_state(), self._lazy_graph if self.lazy else None, **traits)
 
     def save_html(self, path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
         """One self-contained HTML file of this view (its current state), interactive without a kernel."""
-        from gradviz_nb.export.html import export_html
+        from gradviz_nb.export.html import write_html
 
-        return export_html(self, path, title)
+        return write_html(self.page_snapshot(), path, title)
 
     def save_svg(self, path: str | os.PathLike[str]) -> pathlib.Path:
         """The current view as SVG (rendered in headless Chromium; see ``gradviz_nb.export.image``)."""
         from gradviz_nb.export.image import save_svg
 
-        return save_svg(self, path)
+        return save_svg(self.page_snapshot(), path)
 
     def save_png(self, path: str | os.PathLike[str], scale: float = 2) -> pathlib.Path:
         """The current view as PNG (rendered in headless Chromium; see ``gradviz_nb.export.image``)."""
         from gradviz_nb.export.image import save_png
 
-        return save_png(self, path, scale)
+        return save_png(self.page_snapshot(), path, scale)
 
-    def _on_page_message(self, _: Any, content: dict[str, Any], buffers: Any) -> None:
-        if content.get("kind") == "verify" and self._rerun is not None:
-            self.verify()
-        elif content.get("kind") == "load":
-            self.send(self.load_reply(content.get("calls")))
+    def _on_page_message(self, _: Any, content: Any, buffers: Any) -> None:
+        # The comm calls this with whatever the page sent: dispatch logs and drops what is malformed.
+        answer = dispatch(content, {"load": self._load, "verify": self._verify_request})
+        if answer is not None:
+            self.send(answer)
 
-    def load_reply(self, calls: Any) -> dict[str, Any]:
-        """The answer to the page's ``{"kind": "load", "calls": [...]}`` (``LoadReply`` in
-        ``js/src/payload.ts``): ``{"kind": "chunks", "chunks": [...]}``, one chunk per call in the order
-        asked, or ``{"kind": "chunks", "chunks": [], "error": "..."}``; never raises."""
-        try:
-            if not isinstance(calls, list):
-                raise GradvizError(f"load: 'calls' must be a list of module call ids, got {type(calls).__name__}.")
-            return {"kind": "chunks", "chunks": [finite_nodes(c) for c in self.lazy_graph().chunks(calls)]}
-        except Exception as err:  # reported to the page; raising here would only reach the comm's log
-            message = str(err) if isinstance(err, GradvizError) else f"load failed: {type(err).__name__}: {err}"
-            return {"kind": "chunks", "chunks": [], "error": message}
+    def _load(self, body: Mapping[str, Any]) -> Body:
+        return load_body(self.lazy_graph(), body)
+
+    def _verify_request(self, body: Mapping[str, Any]) -> Empty:
+        self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run
+        return {}
 
     def __repr__(self) -> str:
         return f"<GraphWidget: {self.graph!r}>"

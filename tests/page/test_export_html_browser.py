@@ -84,7 +84,7 @@ def test_exported_page_is_interactive_offline(browser: Any, widget: gv.GraphWidg
 
 def test_export_keeps_widget_state_and_overrides(browser: Any, widget: gv.GraphWidget, tmp_path: Path) -> None:
     mem = gv.memory_held(widget.graph)
-    path = gv.export_html(widget, tmp_path / "mem.html", expanded=["blocks.1"], overlay=mem.to_overlay())
+    path = gv.export_html(widget, tmp_path / "mem.html", expanded=["blocks.1"], overlay=mem)  # converted
     assert widget.overlay == {}  # the user's widget is left as it was
     page, errors, requests = open_page(browser, path)
     state = page.evaluate("() => window.gradvizModel.state")
@@ -129,7 +129,7 @@ def test_exported_page_steps_through_a_recorded_backward(browser: Any, tmp_path:
         page.click("[data-testid=gradviz-step-forward]")
         seen.append(root.get_attribute("data-step-node"))
         running = page.evaluate(f"() => {HOOK}.stepInfo().node")
-        assert running == seen[-1] and running == rec.to_payload()["steps"][len(seen) - 1]["node"]
+        assert running == seen[-1] and running == widget.recording["steps"][len(seen) - 1]["node"]
         assert page.evaluate(f"(k) => {HOOK}.cy.$('.st-run').map((n) => n.id())") != []
     assert len(set(seen)) == 3, seen  # the highlighted node moved at every step
     assert page.evaluate("() => window.gradvizModel.get('step')") == 2

@@ -2,8 +2,8 @@
 
 ``fixtures/diff_lora.json`` (``tests/fixtures/make_diff.py``) is GPT-2 (small_test) before / after LoRA
 adapters (``add_lora(..., freeze_base=False)``): ``"added"`` is plain -> LoRA, ``"removed"`` the reverse
-(the adapters' nodes drawn as removed, "was:<id>"). Each holds ``graph`` (``to_payload(d.merged())``)
-and ``diff`` (``d.to_payload()``), as ``GraphWidget(d.merged(), diff=d.to_payload())`` syncs them.
+(the adapters' nodes drawn as removed, "was:<id>"). Each holds ``graph`` (``page.graph(d.merged())``)
+and ``diff`` (``page.diff(d)``), as ``GraphWidget(d.merged(), diff=page.diff(d))`` syncs them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pagekit import SCREENSHOTS, MountedPage
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
-from gradviz_nb.export.html import widget_state
+from gradviz_nb.export.html import exported_state
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser
@@ -46,7 +46,7 @@ def test_findings_listed_marked_and_revealed_by_a_click(browser: Any, tmp_path: 
     kinds = {(f.kind, f.target) for f in dx.findings}
     assert ("data-access", "blocks.1.mlp.c_fc.weight") in kinds and ("not-in-optimizer", "ln_f.bias") in kinds
     widget = gv.GraphWidget(dx, height=560)
-    state = {**widget_state(widget), "expanded": []}  # every box closed: the finding's node is hidden
+    state = {**exported_state(widget), "expanded": []}  # every box closed: the finding's node is hidden
     p = MountedPage(browser, tmp_path, state, viewport=(1240, 900), width=1200)
     p.page.wait_for_selector("[data-testid=gradviz-findings]:not([hidden])")
     head = p.page.locator("[data-testid=gradviz-findings-head]").inner_text()

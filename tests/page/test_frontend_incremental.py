@@ -14,7 +14,7 @@ from pagekit import MountedPage
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
-from gradviz_nb.widgets.payload import to_payload
+from gradviz_nb.widgets import page
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser
@@ -36,7 +36,7 @@ def payload() -> dict[str, Any]:
     model = GPT2(GPT2Config(n_layer=4, n_head=2, d_model=32, vocab=101, block_size=16))
     with gv.capture(model) as cap:
         loss = gpt2_loss(model)
-    return to_payload(gv.trace(loss, model=model, capture=cap))
+    return page.graph(gv.trace(loss, model=model, capture=cap))
 
 
 def room(v: list[Any]) -> Rect:

@@ -12,7 +12,7 @@ from pagekit import MountedPage
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
-from gradviz_nb.widgets.payload import to_payload
+from gradviz_nb.widgets.page import graph as graph_payload
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser
@@ -23,7 +23,7 @@ def test_flat_5000_node_graph_gets_the_plain_layout(browser: Any, tmp_path: Path
     model = GPT2(GPT2Config(n_layer=120, n_head=2, d_model=32, vocab=50, block_size=16))
     graph = gv.trace(gpt2_loss(model, seq=8), model=model)  # no capture: nothing to collapse
     assert len(graph) > 5000
-    page = MountedPage(browser, tmp_path, {"graph_data": to_payload(graph), "height": 500})
+    page = MountedPage(browser, tmp_path, {"graph_data": graph_payload(graph), "height": 500})
     root = ".gradviz-root"
     assert page.js(f"document.querySelector('{root}').dataset.layout") == "idle"
     assert page.js(f"document.querySelector('{root}').dataset.simpleLayout") == "true"

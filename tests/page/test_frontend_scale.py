@@ -23,8 +23,8 @@ from test_frontend_bundle import synthetic_payload
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
-from gradviz_nb.widgets.lazy import LazyGraph
-from gradviz_nb.widgets.payload import to_payload
+from gradviz_nb.widgets import page
+from gradviz_nb.widgets.page.lazy import LazyGraph
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser  # the module-scoped headless Chromium fixture
@@ -88,7 +88,7 @@ class Page(MountedPage):
 
 
 def test_lazy_view_equals_eager_view(browser: Any, tmp_path: Path, gpt2: Any) -> None:
-    eager = to_payload(gpt2)
+    eager = page.graph(gpt2)
     lazy = LazyGraph(gpt2)
     skeleton = lazy.skeleton()
     assert skeleton["loaded"] == [""] and len(skeleton["nodes"]) < len(eager["nodes"])
@@ -104,7 +104,7 @@ def test_lazy_view_equals_eager_view(browser: Any, tmp_path: Path, gpt2: Any) ->
     assert z.js("() => gv.model.state.expanded") == e.js("() => gv.model.state.expanded")
     assert z.js("() => gv.model.state.unfolded") == ["fold:blocks.0"]
     assert set(z.js("() => gv.hook.loaded()")) == {"", "blocks.2", "blocks.2.attn", "ln_f", "blocks.4", "blocks.4.mlp"}
-    assert [m["calls"] for m in z.js("() => gv.model.sent") if m.get("kind") == "load"] == [
+    assert [m["body"]["calls"] for m in z.js("() => gv.model.sent") if m.get("kind") == "load"] == [
         ["blocks.2"], ["blocks.2.attn"], ["ln_f"], ["blocks.4", "blocks.4.mlp"]]
     # Details of a loaded node show the full record, as on the eager page.
     node = next(n for n in eager["nodes"] if n["call"] == "blocks.4")
@@ -130,7 +130,7 @@ def test_lazy_page_without_answers_says_so_and_stays_closed(browser: Any, tmp_pa
 
 
 def test_folded_stack_is_one_box_and_a_click_unfolds_it(browser: Any, tmp_path: Path, gpt2: Any) -> None:
-    p = Page(browser, tmp_path, to_payload(gpt2))
+    p = Page(browser, tmp_path, page.graph(gpt2))
     stack = p.js("() => { const n = gv.hook.cy.$id('f:fold:blocks.0'); return [n.data('kind'), n.data('label')]; }")
     assert stack[0] == "folded"
     assert stack[1].splitlines()[:2] == ["▸ 6 × Block", "blocks.0 … blocks.5"]
@@ -180,7 +180,7 @@ def test_search_reveals_selects_and_centres(browser: Any, tmp_path: Path, gpt2: 
     assert p.js("() => gv.hook.cy.$id('c:ln_f').selected()")
     # A leaf deep inside a folded block: loaded, opened, unfolded, selected, centred at 1:1 or closer.
     hits = p.search("blocks.3.attn.c_attn.weight")
-    leaf = next(n for n in to_payload(gpt2)["nodes"] if "blocks.3.attn.c_attn.weight" in n["names"])
+    leaf = next(n for n in page.graph(gpt2)["nodes"] if "blocks.3.attn.c_attn.weight" in n["names"])
     p.page.locator("[data-testid=gradviz-search-results] .gradviz-search-hit").first.click()
     p.js("() => gv.hook.idle()")
     assert p.js("() => gv.model.state.selected") == leaf["id"]
@@ -195,7 +195,7 @@ def test_search_reveals_selects_and_centres(browser: Any, tmp_path: Path, gpt2: 
     # Escape clears; Python selecting a hidden node reveals it.
     p.page.locator("[data-testid=gradviz-search]").press("Escape")
     assert p.page.locator("[data-testid=gradviz-search-results]").is_hidden()
-    hidden = next(n for n in to_payload(gpt2)["nodes"] if n["call"] == "blocks.5.mlp.c_fc")
+    hidden = next(n for n in page.graph(gpt2)["nodes"] if n["call"] == "blocks.5.mlp.c_fc")
     p.js("(id) => gv.model.set('selected', id)", hidden["id"])
     p.js("() => gv.hook.idle()")
     assert p.js("(k) => gv.hook.cy.$id(k).selected()", "n:" + hidden["id"])

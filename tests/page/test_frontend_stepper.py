@@ -207,14 +207,14 @@ def test_jump_to_first_nonfinite_gradient(browser: Any, tmp_path: Path) -> None:
     import torch
 
     import gradviz_nb as gv
-    from gradviz_nb.widgets.payload import to_payload
+    from gradviz_nb.widgets import page
 
     x = torch.tensor([0.0, 1.0, 4.0], requires_grad=True)
     w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     rec = gv.record_backward((torch.sqrt(x * w) * 2).sum(), names={"x": x, "w": w})
     first = rec.first_nonfinite
     assert first is not None
-    p = Page(browser, tmp_path, {"graph": to_payload(rec.graph), "recording": rec.to_payload()})
+    p = Page(browser, tmp_path, {"graph": page.graph(rec.graph), "recording": page.recording(rec)})
     button = p.page.locator("[data-testid=gradviz-step-nonfinite]")
     assert button.is_visible()
     button.click()
@@ -223,5 +223,5 @@ def test_jump_to_first_nonfinite_gradient(browser: Any, tmp_path: Path) -> None:
     assert button.is_disabled()
     assert p.errors == []
     healthy = gv.record_backward((x.tanh() * w).sum(), names={"x": x, "w": w})
-    q = Page(browser, tmp_path, {"graph": to_payload(healthy.graph), "recording": healthy.to_payload()})
+    q = Page(browser, tmp_path, {"graph": page.graph(healthy.graph), "recording": page.recording(healthy)})
     assert q.page.locator("[data-testid=gradviz-step-nonfinite]").is_hidden()

@@ -9,6 +9,7 @@ import torch
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, TwiceCalled, gpt2_loss
+from gradviz_nb.widgets import page
 
 
 def engine_order(loss: torch.Tensor) -> list[tuple[str, int]]:
@@ -158,7 +159,7 @@ def test_teaching_lines_carry_pytorchs_numbers() -> None:
     assert lines[2] == "grad_b = grad_out * a = 0.5 * 2.0 = 1.0"
     grads = torch.autograd.grad(loss, [a, b])
     assert rec.leaf_grad("a").item() == grads[0].item() == 2.0
-    payload = rec.to_payload()
+    payload = page.recording(rec)
     assert payload["passes"] == 1 and payload["values"][rec.graph.find("b")] == [3.0]
     assert payload["steps"][0]["received"][0]["value"] == [1.0]
 

@@ -12,6 +12,7 @@ from graphs import traced_gpt2
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import MLP
+from gradviz_nb.widgets import page
 
 _gpt2 = traced_gpt2
 
@@ -20,7 +21,7 @@ def test_identical_graphs_are_all_same() -> None:
     d = gv.diff(_gpt2(), _gpt2())
     assert not (d.added or d.removed or d.changed or d.added_leaves or d.gained or d.lost)
     assert len(d.same) == len(d.before)
-    assert set(d.to_payload()["status"].values()) == {"same"}
+    assert set(page.diff(d)["status"].values()) == {"same"}
 
 
 def test_lora_adapters_are_exactly_the_added_leaves() -> None:
@@ -64,8 +65,8 @@ def test_non_reentrant_checkpoint_same_structure_memory_moved_out() -> None:
     # it will restore for the recomputation alive: that, and nothing else, is what blocks.0 holds now.
     kept = 16 * 32 * 4 + torch.get_rng_state().numel()
     assert moved[""] == (before, after) and moved["blocks.0"][1] == kept < moved["blocks.0"][0]
-    payload = d.to_payload()
-    assert payload["memory_total"] == [before, after] and payload["memory"]
+    payload = page.diff(d)
+    assert payload["memory_total"] == (before, after) and payload["memory"]
     assert "recomputed during backward" in d.summary()
 
 
@@ -92,7 +93,7 @@ def test_shape_change_is_changed_and_merged_view_draws_removed_nodes() -> None:
     d = gv.diff(g(8), g(16))
     assert any("shape [2, 8] -> [2, 16]" in c.why for c in d.changed)
     merged = d.merged()
-    payload = d.to_payload()
+    payload = page.diff(d)
     json.dumps(payload)
     assert set(payload["status"]) == set(merged.nx.nodes)
     widget = gv.GraphWidget(merged, diff=payload)
@@ -107,7 +108,7 @@ def test_removed_nodes_keep_their_edges_and_boxes() -> None:
     assert len(removed) == len(d.removed)
     assert {c["id"] for c in merged.calls} >= {c["id"] for c in before.calls}
     assert all(merged.nx.degree(n) > 0 for n in removed)
-    assert d.to_payload()["status"][removed[0]] == "removed"
+    assert page.diff(d)["status"][removed[0]] == "removed"
 
 
 # -- reentrant checkpoints: the diff's gradient claims against PyTorch's .grad ---------------------------
@@ -324,4 +325,4 @@ def test_diff_of_graphs_traced_after_backward_still_works() -> None:
     d = gv.diff(gv.trace(first, model=m), gv.trace(second, model=m))
     assert d.memory_before is None and d.memory_moved() == {}
     assert "not compared" in d.summary() and len(d.added) == 1
-    assert d.to_payload()["memory"] == {}
+    assert page.diff(d)["memory"] == {}

@@ -118,5 +118,29 @@ def test_html_is_self_contained_and_escapes_script_ends(tmp_path: Path) -> None:
 
 
 def test_export_html_rejects_other_objects(tmp_path: Path) -> None:
-    with pytest.raises(gv.GradvizError, match="AutogradGraph or a GraphWidget"):
-        gv.export_html(torch.zeros(1), tmp_path / "x.html")  # type: ignore[arg-type]
+    with pytest.raises(gv.GradvizError, match="export_html: nothing to draw from str: expected an AutogradGraph"):
+        gv.export_html("graph", tmp_path / "x.html")
+    with pytest.raises(gv.GradvizError, match="export_html: the tensor has no autograd graph"):
+        gv.export_html(torch.zeros(1), tmp_path / "x.html")  # a tensor is traced, as GraphWidget(loss) does
+    with pytest.raises(gv.GradvizError, match="export_html: no page trait 'colour'"):
+        gv.export_html(gv.trace((torch.ones(2, requires_grad=True) * 2).sum()), tmp_path / "x.html", colour="red")
+
+
+def test_export_depends_on_widget_state_not_on_the_widget_class(tmp_path: Path) -> None:
+    import ast
+
+    import gradviz_nb.export as export
+    from gradviz_nb.export.html import exported_state
+
+    for name in ("html.py", "image.py"):
+        tree = ast.parse((Path(export.__file__).parent / name).read_text())
+        modules = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        modules |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not {m for m in modules if "graph_widget" in m}, name
+    x = torch.ones(3, requires_grad=True)
+    rec = gv.record_backward((x * 3).exp().sum())
+    state = exported_state(rec)  # no widget built: the page package makes the state
+    assert state == exported_state(gv.GraphWidget(rec)) and len(state["recording"]["steps"]) == 4
+    assert state["can_verify"] is False and state["verified"] == {}
+    path = gv.export_html(rec, tmp_path / "rec.html", step=1)
+    assert '"step":1' in path.read_text()

@@ -13,8 +13,8 @@ import torch
 from pagekit import MountedPage
 
 import gradviz_nb as gv
-from gradviz_nb.export.html import widget_state
-from gradviz_nb.widgets.finite_json import finite_json
+from gradviz_nb.export.html import exported_state
+from gradviz_nb.widgets.page.finite_json import finite_json
 
 
 def test_finite_json_names_non_finite_numbers_only() -> None:
@@ -33,7 +33,7 @@ def _nan_widget() -> gv.GraphWidget:
 
 
 def test_widget_state_with_nan_is_plain_json() -> None:
-    state = widget_state(_nan_widget())  # raises on NaN (allow_nan=False), as a comm message would fail
+    state = exported_state(_nan_widget())  # raises on NaN (allow_nan=False), as a comm message would fail
     text = json.dumps(state, allow_nan=False)
     assert '"NaN"' in text or '"-Infinity"' in text
 
@@ -43,7 +43,7 @@ browser = pagekit.browser  # the module-scoped headless Chromium fixture
 
 @pytest.mark.browser
 def test_page_revives_the_numbers(browser: Any, tmp_path: Path) -> None:
-    state = widget_state(_nan_widget())
+    state = exported_state(_nan_widget())
     p = MountedPage(browser, tmp_path, state)
     button = p.page.locator("[data-testid=gradviz-step-nonfinite]")
     assert button.is_visible()  # the recording's "NaN" norms were read back as numbers
@@ -54,7 +54,7 @@ def test_page_revives_the_numbers(browser: Any, tmp_path: Path) -> None:
 
 
 def test_finite_nodes_touches_only_non_finite_values() -> None:
-    from gradviz_nb.widgets.finite_json import finite_nodes
+    from gradviz_nb.widgets.page.finite_json import finite_nodes
 
     payload = {"nodes": [{"id": "a", "value": [1.0, 2.0]}, {"id": "b", "value": [math.nan, -math.inf]},
                          {"id": "c", "value": None}], "edges": []}

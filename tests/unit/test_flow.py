@@ -12,7 +12,8 @@ from torch import nn
 import gradviz_nb as gv
 from gradviz_nb.bugzoo.cases_flow import relative_moves
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, add_lora, gpt2_loss
-from gradviz_nb.probes.flow import layer_histograms, overlay
+from gradviz_nb.probes.flow import layer_histograms
+from gradviz_nb.widgets import page
 
 
 def _mlp_chain(depth: int = 6, width: int = 16, seed: int = 0, act: type[nn.Module] = nn.Tanh,
@@ -225,7 +226,7 @@ def test_overlay_follows_the_payload_contract() -> None:
     graph = gv.trace(loss, model=model, capture=cap)
     loss.backward()
     flow = gv.gradient_flow(model, graph=graph, capture=cap)
-    ov = overlay(flow, graph)
+    ov = page.overlay(flow, graph=graph)
     assert set(ov) == {"title", "values", "scale", "encoding", "marks", "unit"}
     assert ov["scale"] == "log" and ov["encoding"] == "color"
     leaves = graph.leaves()

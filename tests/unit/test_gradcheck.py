@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gradviz_nb as gv
+from gradviz_nb.widgets import page
 
 
 def make_mul(factor_x: float = 1.0, factor_w: float = 1.0, name: str = "Mul") -> type[torch.autograd.Function]:
@@ -232,13 +233,14 @@ def test_dropout_inside_fn_is_rerunnable() -> None:
 def test_overlay_flags_the_wrong_node() -> None:
     bad = make_mul(factor_w=2.0, name="BadMul")
     res = gv.gradcheck(lambda a, b: bad.apply(a, b).exp(), _inputs((3,), (3,)))
-    ov = res.to_overlay()
-    mem = gv.memory_held(res.graph).to_overlay()
+    ov = page.overlay(res)
+    mem = page.overlay(gv.memory_held(res.graph))
     assert set(ov) == set(mem)
     node = op_nodes(res, "BadMulBackward")[0]
     assert ov["marks"] == {node: "flag"} and ov["values"][node] == pytest.approx(1.0, rel=1e-5)
     assert any("BadMulBackward" in note for note in res.graph.notes)
-    assert gv.gradcheck(lambda a, b: make_mul().apply(a, b), _inputs((3,), (3,))).to_overlay()["marks"] == {}
+    fine = gv.gradcheck(lambda a, b: make_mul().apply(a, b), _inputs((3,), (3,)))
+    assert page.overlay(fine)["marks"] == {}
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import gradviz_nb as gv
+from gradviz_nb.widgets import page
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
@@ -76,7 +77,7 @@ def test_detached_adapter_is_flagged_dead_and_named() -> None:
     assert "detach()" in dead[0].reason
     assert {f.kind for f in flow.flags} == {"dead-adapter", "no-grad"}
     assert not flow.flags_for("base_model.model.transformer.h.0")
-    overlay = gv.probes.flow.overlay(flow, graph)
+    overlay = page.overlay(flow, graph=graph)
     assert not any(gv_name in graph.leaves() for gv_name in dead[0].params)  # cut off: not in the graph
     assert overlay["values"]
 

@@ -16,12 +16,15 @@ import torch
 from graphs import traced_gpt2
 
 import gradviz_nb as gv
-import gradviz_nb.widgets.graph_widget as graph_widget
+import gradviz_nb.widgets.page.lazy as lazy_mode
 from gradviz_nb.demo_models import GPT2, GPT2Config, MHAModel, ResNet18Like, TwiceCalled, add_lora, gpt2_loss
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.html import page_html
-from gradviz_nb.widgets.lazy import LazyGraph, chunks, lazy_payload
-from gradviz_nb.widgets.payload import FOLD_MIN, fold_groups, initial_expanded, to_payload
+from gradviz_nb.widgets import page
+from gradviz_nb.widgets.page import contract
+from gradviz_nb.widgets.page.lazy import LazyGraph, chunks, lazy_payload
+from gradviz_nb.widgets.page.messages import load_body
+from gradviz_nb.widgets.page.payload import FOLD_MIN, fold_groups, initial_expanded
 
 
 def plain(value: Any) -> Any:
@@ -99,7 +102,7 @@ GRAPHS = {
 @pytest.mark.parametrize("name", GRAPHS)
 def test_skeleton_and_every_chunk_give_the_eager_payload(name: str) -> None:
     g = GRAPHS[name]()
-    eager = plain(to_payload(g))
+    eager = plain(page.graph(g))
     for loaded in ([""], ["", *initial_expanded(g)]):
         skeleton = plain(lazy_payload(g, loaded))
         assert skeleton["edges"] == [] and skeleton["loaded"][0] == ""
@@ -115,14 +118,14 @@ def test_skeleton_holds_the_loaded_calls_members_and_closes_over_ancestors() -> 
     member_of = dict(g.nx.nodes(data="call"))
     assert [n["id"] for n in skeleton["nodes"]] == [n for n in g.nx if member_of[n] in skeleton["loaded"]]
     assert {k: skeleton[k] for k in ("version", "calls", "ghosts", "meta", "folds")} == {
-        k: to_payload(g)[k] for k in ("version", "calls", "ghosts", "meta", "folds")}
+        k: page.graph(g)[k] for k in ("version", "calls", "ghosts", "meta", "folds")}
     with pytest.raises(GradvizError, match="'nope'"):
         lazy_payload(g, ["nope"])
 
 
 def test_a_chunk_holds_exactly_the_direct_members_of_its_call() -> None:
     g = traced_gpt2()
-    eager = to_payload(g)
+    eager = page.graph(g)
     lazy = LazyGraph(g)
     for call in ["", *(c["id"] for c in g.calls)]:
         (chunk,) = lazy.chunks([call])
@@ -130,7 +133,7 @@ def test_a_chunk_holds_exactly_the_direct_members_of_its_call() -> None:
         assert chunk["nodes"] == [n for n in eager["nodes"] if n["call"] == call]
         members = {n["id"] for n in chunk["nodes"]}
         touching = [k for k, e in enumerate(eager["edges"]) if e["source"] in members or e["target"] in members]
-        assert chunk["edge_shapes"] == [[k, eager["edges"][k]["shape"]] for k in touching]
+        assert chunk["edge_shapes"] == [(k, eager["edges"][k]["shape"]) for k in touching]
     assert [c["call"] for c in lazy.chunks(["blocks.1", "", "blocks.1"])] == ["blocks.1", ""]
     with pytest.raises(GradvizError, match=r"'blocks\.9'"):
         chunks(g, ["blocks.0", "blocks.9"])
@@ -143,25 +146,27 @@ def test_widget_answers_load_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     assert w.graph_data["loaded"] == ["", *initial_expanded(g)]
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(w, "send", sent.append)
-    w._on_page_message(w, {"kind": "load", "calls": ["blocks.0.mlp", "blocks.1"]}, [])
-    assert sent == [{"kind": "chunks", "chunks": chunks(g, ["blocks.0.mlp", "blocks.1"])}]
-    for bad in (["blocks.0", "no such call"], "blocks.0", None, [3]):
+    w._on_page_message(w, {"id": 4, "kind": "load", "body": {"calls": ["blocks.0.mlp", "blocks.1"]}}, [])
+    assert sent == [{"id": 4, "kind": "reply", "ok": True, "body": {"chunks": chunks(g, ["blocks.0.mlp", "blocks.1"])}}]
+    for i, bad in enumerate((["blocks.0", "no such call"], "blocks.0", None, [3])):
         sent.clear()
-        w._on_page_message(w, {"kind": "load", "calls": bad}, [])
-        assert len(sent) == 1 and sent[0]["kind"] == "chunks" and sent[0]["chunks"] == []
+        w._on_page_message(w, {"id": i, "kind": "load", "body": {"calls": bad}}, [])
+        assert sent == [{"id": i, "kind": "reply", "ok": False, "error": sent[0]["error"]}]
         assert sent[0]["error"].startswith("load:")
-    assert "no such call" in w.load_reply(["no such call"])["error"]
+    sent.clear()
+    w._on_page_message(w, {"id": 9, "kind": "load", "body": {"calls": ["no such call"]}}, [])
+    assert "no such call" in sent[0]["error"]
     json.dumps(w.graph_data)
 
 
 def test_lazy_by_itself_above_the_threshold_unless_recording(monkeypatch: pytest.MonkeyPatch) -> None:
     g = traced_gpt2()
-    monkeypatch.setattr(graph_widget, "LAZY_NODES", len(g) - 1)
+    monkeypatch.setattr(lazy_mode, "LAZY_NODES", len(g) - 1)
     assert gv.GraphWidget(g).lazy
     assert not gv.GraphWidget(g, lazy=False).lazy
     assert not gv.GraphWidget(g, recording={"passes": 0, "steps": [], "values": {}}).lazy
     assert not gv.GraphWidget(uncaptured()).lazy  # no module calls: nothing to open later
-    monkeypatch.setattr(graph_widget, "LAZY_NODES", len(g))
+    monkeypatch.setattr(lazy_mode, "LAZY_NODES", len(g))
     w = gv.GraphWidget(g)
     assert not w.lazy and "wiring" not in w.graph_data and w.graph_data["folds"] == fold_groups(g)
 
@@ -176,7 +181,7 @@ def test_six_gpt2_blocks_fold_into_one_group() -> None:
     assert fold_groups(gpt2(6)) == [
         {"id": "fold:blocks.0", "calls": [f"blocks.{i}" for i in range(6)], "parent": "", "type": "Block"}
     ]
-    assert to_payload(gpt2(6))["folds"] == lazy_payload(gpt2(6))["folds"]
+    assert page.graph(gpt2(6))["folds"] == lazy_payload(gpt2(6))["folds"]
 
 
 def test_a_lora_block_splits_the_run() -> None:
@@ -220,37 +225,42 @@ def script(page: str, element_id: str) -> str:
 def test_exported_lazy_page_embeds_every_chunk_and_stays_small(tmp_path: Path) -> None:
     g = gpt2(6)
     lazy, eager = gv.GraphWidget(g, lazy=True), gv.GraphWidget(g, lazy=False)
-    lazy_page, eager_page = page_html(lazy), page_html(eager)
-    assert script(eager_page, "gradviz-chunks") == ""
-    embedded = json.loads(script(lazy_page, "gradviz-chunks"))
-    assert embedded == plain(LazyGraph(g).all_chunks())
-    assert set(embedded) == {"", *(c["id"] for c in g.calls)}
+    lazy_page, eager_page = page_html(lazy.page_snapshot()), page_html(eager.page_snapshot())
+    assert script(eager_page, "gradviz-answers") == ""
+    embedded = json.loads(script(lazy_page, "gradviz-answers"))
+    # The reply bodies the kernel's own handler gives, one load per call: the fake model only looks them up.
+    index = LazyGraph(g)
+    assert embedded == {"load": {c: plain(load_body(index, {"calls": [c]})) for c in index.all_chunks()}}
+    assert set(embedded["load"]) == {"", *(c["id"] for c in g.calls)}
     bundle = len(script(lazy_page, "gradviz-bundle"))
     assert len(lazy_page) - bundle <= 1.2 * (len(eager_page) - bundle)
     assert len(lazy_page) <= 1.2 * len(eager_page)
-    # A widget with overrides is copied: the copy stays lazy.
+    # A widget with overrides: the page keeps its lazy skeleton and its answers.
     out = gv.export_html(lazy, tmp_path / "lazy.html", expanded=["blocks.0"])
-    assert 'id="gradviz-chunks"' in out.read_text()
+    assert 'id="gradviz-answers"' in out.read_text()
 
 
 def test_lazy_records_have_exactly_the_contract_fields() -> None:
-    from test_widget import interface_fields
+    from test_page_contract import assert_conforms
 
     g = gpt2(3)
     skeleton = plain(lazy_payload(g))
-    assert set(skeleton) == interface_fields("GraphPayload")
-    assert set(skeleton["wiring"]) == interface_fields("Wiring")
-    assert set(skeleton["folds"][0]) == interface_fields("FoldGroup")
+    assert {"wiring", "loaded", "edge_shapes", "folds"} <= set(skeleton)
+    assert_conforms(skeleton, contract.GraphPayload)
     (chunk,) = plain(chunks(g, ["blocks.0"]))
-    assert set(chunk) == interface_fields("Chunk")
-    assert set(chunk["nodes"][0]) == interface_fields("GraphNode")
+    assert_conforms(chunk, contract.Chunk)
+    sent: list[Any] = []
     w = gv.GraphWidget(g, lazy=True)
-    assert set(w.load_reply(["blocks.0"])) | {"error"} == interface_fields("LoadReply")
+    w.send = sent.append  # type: ignore[method-assign]
+    w._on_page_message(w, {"id": 1, "kind": "load", "body": {"calls": ["blocks.0"]}}, [])
+    w._on_page_message(w, {"id": 2, "kind": "load", "body": {"calls": ["nope"]}}, [])
+    for reply in plain(sent):
+        assert_conforms(reply, contract.PageReply)
 
 
 def test_skeleton_carries_the_shapes_of_edges_touching_loaded_calls() -> None:
     g = gpt2(4)
-    eager = plain(to_payload(g))
+    eager = plain(page.graph(g))
     skeleton = plain(lazy_payload(g, ["", "blocks.1"]))
     members = {n["id"] for n in skeleton["nodes"]}
     touching = [k for k, e in enumerate(eager["edges"]) if e["source"] in members or e["target"] in members]

@@ -17,6 +17,7 @@ import gradviz_nb as gv
 from gradviz_nb.analysis.memory import format_bytes, memory_held
 from gradviz_nb.bugzoo.cases_memory import held_after_forward
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, MHAModel, ResNet18Like, TwiceCalled, add_lora, gpt2_loss
+from gradviz_nb.widgets import page
 
 Forward = Callable[[], torch.Tensor]
 
@@ -131,7 +132,7 @@ def test_table_overlay_and_per_module_totals() -> None:
     )
     text = mem.table(5)
     assert top[0].op in text and "saved for backward" in text
-    overlay = mem.to_overlay("color")
+    overlay = page.overlay(mem, encoding="color")
     assert overlay["unit"] == "B" and overlay["encoding"] == "color" and overlay["scale"] == "log"
     assert overlay["values"]["call:blocks.0"] == mem.per_call["blocks.0"]
     widget = gv.GraphWidget(g)

@@ -32,8 +32,11 @@ def test_two_layer_exercise_verified() -> None:
 def test_page_message_triggers_verification() -> None:
     w, _ = two_layer()
     w.toggles = {"detach": [], "freeze": [w.graph.find("W2")]}
-    w._on_page_message(w, {"kind": "verify"}, [])
+    sent: list[object] = []
+    w.send = sent.append  # type: ignore[method-assign]
+    w._on_page_message(w, {"id": 3, "kind": "verify", "body": {}}, [])
     assert w.verified["agree"] and w.verified["actual_lost"] == ["W2"]
+    assert sent == [{"id": 3, "kind": "reply", "ok": True, "body": {}}]  # sent once the re-run finished
 
 
 def snapshot(model: nn.Module) -> list[object]:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import gradviz_nb as gv
+from gradviz_nb.widgets import page
 
 
 def test_record_backward_of_a_sparse_embedding() -> None:
@@ -28,5 +29,5 @@ def test_record_backward_of_a_sparse_embedding() -> None:
     assert abs(stats.norm - dense.norm().item()) <= 1e-6 * dense.norm().item()
     assert abs(stats.max_abs - dense.abs().max().item()) <= 1e-7
     assert abs(stats.mean - dense.mean().item()) <= 1e-7
-    json.dumps(rec.to_payload())  # reaches the page as plain numbers
+    json.dumps(page.recording(rec))  # reaches the page as plain numbers
     assert any(rec.explain(s) for s in rec.steps)

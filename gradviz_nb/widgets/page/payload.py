@@ -1,7 +1,7 @@
-"""AutogradGraph -> the JSON the page draws (the contract is ``js/src/payload.ts``).
+"""AutogradGraph -> the ``GraphPayload`` the page draws (``js/src/payload.ts``; typed in ``contract``).
 
-The eager payload (:func:`to_payload`) holds every node and edge record. Big graphs go lazy
-(``gradviz_nb.widgets.lazy``), built from the same record functions here (:func:`node_records`,
+The eager payload (:func:`graph`, also ``page.graph``) holds every node and edge record. Big graphs go
+lazy (``gradviz_nb.widgets.page.lazy``), built from the same record functions here (:func:`node_records`,
 :func:`edge_records`), so both modes give the same records in the same order by construction.
 """
 
@@ -9,35 +9,40 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import networkx as nx
 
 from gradviz_nb.tracing.graph import AutogradGraph
+from gradviz_nb.widgets.page.contract import FoldGroup, GraphEdge, GraphMeta, GraphNode, GraphPayload, ModuleCall
 
 NODE_FIELDS = ("kind", "op", "label", "module", "call", "names", "shape", "dtype", "requires_grad", "saved", "value")
 INITIAL_VISIBLE = 60  # open deeper levels while the first view stays about this many items
 FOLD_MIN = 3  # the shortest run of identical sibling calls drawn folded ("3 × Block")
 
 
-def node_record(node: str, data: dict[str, Any]) -> dict[str, Any]:
-    """One ``GraphNode`` record (``js/src/payload.ts``) from a node id and its attributes."""
-    return {"id": node, **{k: data[k] for k in NODE_FIELDS}}
+def node_record(node: str, data: dict[str, Any]) -> GraphNode:
+    """One ``GraphNode`` record (``js/src/payload.ts``) from a node id and its attributes. Saved tensors
+    keep the contract's name, shape and dtype: the trace's storage bookkeeping (bytes, storage index,
+    packed, ...) is for the memory analysis, not the page."""
+    record = cast(GraphNode, {"id": node, **{k: data[k] for k in NODE_FIELDS}})
+    record["saved"] = [{"name": s["name"], "shape": s["shape"], "dtype": s["dtype"]} for s in data["saved"]]
+    return record
 
 
-def node_records(g: nx.DiGraph) -> list[dict[str, Any]]:
+def node_records(g: nx.DiGraph) -> list[GraphNode]:
     """Every ``GraphNode`` record, in the graph's node order (the order of the payload's ``nodes``)."""
     return [node_record(n, d) for n, d in g.nodes(data=True)]
 
 
-def edge_records(g: nx.DiGraph) -> Iterator[dict[str, Any]]:
+def edge_records(g: nx.DiGraph) -> Iterator[GraphEdge]:
     """Every ``GraphEdge`` record, one per slot, in the order of the payload's ``edges``."""
     for u, v, d in g.edges(data=True):
         for out, inp in d["slots"]:
             yield {"source": u, "target": v, "output_nr": out, "input_nr": inp, "shape": d["shape"]}
 
 
-def graph_meta(graph: AutogradGraph, num_edges: int) -> dict[str, Any]:
+def graph_meta(graph: AutogradGraph, num_edges: int) -> GraphMeta:
     """The payload's ``meta`` (``GraphMeta``); ``num_edges`` counts edge slots."""
     g = graph.nx
     return {
@@ -49,25 +54,33 @@ def graph_meta(graph: AutogradGraph, num_edges: int) -> dict[str, Any]:
     }
 
 
-def to_payload(graph: AutogradGraph) -> dict[str, Any]:
-    """Everything the page needs, as plain JSON: it can redraw with no kernel running.
+def graph(autograd: AutogradGraph) -> GraphPayload:
+    """Everything the page needs to draw ``autograd`` (eager: every record), as plain JSON: it can
+    redraw with no kernel running.
 
     Example::
 
-        p = to_payload(gv.trace(loss, model=model, capture=cap))
+        from gradviz_nb.widgets import page
+        p = page.graph(gv.trace(loss, model=model, capture=cap))
         p["nodes"][0]["op"], len(p["edges"]), p["folds"]
     """
-    g = graph.nx
+    g = autograd.nx
     edges = list(edge_records(g))
     return {
         "version": 1,
         "nodes": node_records(g),
         "edges": edges,
-        "calls": graph.calls,
+        "calls": module_calls(autograd),
         "ghosts": list(g.graph.get("ghosts", [])),
-        "meta": graph_meta(graph, len(edges)),
-        "folds": fold_groups(graph),
+        "meta": graph_meta(autograd, len(edges)),
+        "folds": fold_groups(autograd),
     }
+
+
+def module_calls(autograd: AutogradGraph) -> list[ModuleCall]:
+    """The graph's module calls as ``ModuleCall`` records (parents first)."""
+    calls: list[ModuleCall] = autograd.calls  # the data model's ModuleCallData has the same fields
+    return calls
 
 
 def initial_expanded(graph: AutogradGraph, budget: int = INITIAL_VISIBLE) -> list[str]:
@@ -136,7 +149,7 @@ def _ancestors(call: str, parent: dict[str, str]) -> Iterator[str]:
     yield ""
 
 
-def fold_groups(graph: AutogradGraph, fold_min: int = FOLD_MIN) -> list[dict[str, Any]]:
+def fold_groups(graph: AutogradGraph, fold_min: int = FOLD_MIN) -> list[FoldGroup]:
     """Runs of consecutive sibling module calls with identical structure, each one ``FoldGroup``
     (``js/src/payload.ts``): ``{"id": "fold:<first call id>", "calls": [...], "parent", "type"}``.
 
@@ -155,11 +168,11 @@ def fold_groups(graph: AutogradGraph, fold_min: int = FOLD_MIN) -> list[dict[str
         # [{"id": "fold:blocks.0", "calls": ["blocks.0", ..., "blocks.5"], "parent": "", "type": "Block"}]
     """
     signature = call_signatures(graph)
-    siblings: dict[str, list[dict[str, Any]]] = {}
+    siblings: dict[str, list[ModuleCall]] = {}
     for c in graph.calls:
         if c["id"] in signature:
             siblings.setdefault(c["parent"], []).append(c)
-    runs: list[list[dict[str, Any]]] = []
+    runs: list[list[ModuleCall]] = []
     for group in siblings.values():
         run = [group[0]]
         for c in group[1:]:

@@ -1,14 +1,15 @@
 """Lazy payloads for big graphs (issue 7): a compact skeleton first, a call's records when it opens.
 
-A 50,000-node graph's eager payload (:func:`~gradviz_nb.widgets.payload.to_payload`) is ~25 MB of
+A 50,000-node graph's eager payload (:func:`gradviz_nb.widgets.page.graph`) is ~25 MB of
 JSON. In lazy mode the page first gets a skeleton (:func:`lazy_payload`): every module call, ghost,
 fold group and the meta as in eager mode, the full node records of the calls open at first, and the
 whole topology in compact arrays (``Wiring`` in ``js/src/payload.ts``: ids, kinds, calls, ops, labels,
 leaf names, edge slots), a few tens of bytes per node. When the user opens a box, the page asks for
-that call's records (``{"kind": "load", "calls": [...]}``) and gets one ``Chunk`` per call
-(:func:`chunks`): the eager records of its direct member nodes and the shapes of the edge slots that
-touch them. Skeleton plus every chunk rebuilds the eager payload exactly: the records come from the
-same functions, in the same order (``tests/unit/test_lazy.py`` checks it).
+that call's records (a ``PageRequest`` of kind ``"load"``, body ``{"calls": [...]}``) and gets one
+``Chunk`` per call (:func:`chunks`, sent by ``gradviz_nb.widgets.page.messages``): the eager records of
+its direct member nodes and the shapes of the edge slots that touch them. Skeleton plus every chunk
+rebuilds the eager payload exactly: the records come from the same functions, in the same order
+(``tests/unit/test_lazy.py`` checks it).
 
 Example::
 
@@ -20,11 +21,11 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.graph import AutogradGraph
-from gradviz_nb.widgets.payload import edge_records, fold_groups, graph_meta, node_record
+from gradviz_nb.widgets.page.contract import Chunk, EdgeShape, FoldGroup, GraphPayload, Wiring
+from gradviz_nb.widgets.page.payload import edge_records, fold_groups, graph_meta, module_calls, node_record
 
 LAZY_NODES = 4000  # GraphWidget goes lazy above this many nodes (when the graph has module calls)
 KIND_CHARS = {"op": "o", "leaf": "l", "root": "r"}
@@ -59,10 +60,10 @@ class LazyGraph:
             if node_calls[t] != node_calls[s]:
                 self._incident[node_calls[t]].append(k)
         self._node_calls = node_calls
-        self._wiring: dict[str, Any] | None = None
-        self._folds: list[dict[str, Any]] | None = None
+        self._wiring: Wiring | None = None
+        self._folds: list[FoldGroup] | None = None
 
-    def wiring(self) -> dict[str, Any]:
+    def wiring(self) -> Wiring:
         """The whole topology in compact arrays (``Wiring`` in ``js/src/payload.ts``)."""
         if self._wiring is None:
             g = self.graph.nx
@@ -81,8 +82,8 @@ class LazyGraph:
             }
         return self._wiring
 
-    def folds(self) -> list[dict[str, Any]]:
-        """The graph's fold groups (:func:`~gradviz_nb.widgets.payload.fold_groups`), computed once."""
+    def folds(self) -> list[FoldGroup]:
+        """The graph's fold groups (:func:`~gradviz_nb.widgets.page.payload.fold_groups`), computed once."""
         if self._folds is None:
             self._folds = fold_groups(self.graph)
         return self._folds
@@ -99,7 +100,7 @@ class LazyGraph:
                 call = self._parent[call]
         return [""] + [c["id"] for c in self._calls if c["id"] in closed]
 
-    def skeleton(self, loaded: Iterable[str] = ("",)) -> dict[str, Any]:
+    def skeleton(self, loaded: Iterable[str] = ("",)) -> GraphPayload:
         """The first payload of a lazy page (see :func:`lazy_payload`)."""
         open_calls = self.close(loaded)
         g = self.graph.nx
@@ -109,26 +110,26 @@ class LazyGraph:
             "version": 1,
             "nodes": [node_record(self.ids[i], g.nodes[self.ids[i]]) for i in members],
             "edges": [],
-            "calls": self._calls,
+            "calls": module_calls(self.graph),
             "ghosts": list(g.graph.get("ghosts", [])),
             "meta": graph_meta(self.graph, len(self._shapes)),
             "folds": self.folds(),
             "loaded": open_calls,
-            "edge_shapes": [[k, self._shapes[k]] for k in slots],
+            "edge_shapes": [(k, self._shapes[k]) for k in slots],
             "wiring": self.wiring(),
         }
 
-    def chunks(self, call_ids: Iterable[str]) -> list[dict[str, Any]]:
+    def chunks(self, call_ids: Iterable[str]) -> list[Chunk]:
         """One ``Chunk`` per requested call (see :func:`chunks`), in the order asked, duplicates once."""
         g = self.graph.nx
-        out = []
+        out: list[Chunk] = []
         for call in self._known(call_ids, "load"):
             nodes = [node_record(self.ids[i], g.nodes[self.ids[i]]) for i in self._members[call]]
-            shapes = [[k, self._shapes[k]] for k in self._incident[call]]
+            shapes: list[EdgeShape] = [(k, self._shapes[k]) for k in self._incident[call]]
             out.append({"call": call, "nodes": nodes, "edge_shapes": shapes})
         return out
 
-    def all_chunks(self) -> dict[str, dict[str, Any]]:
+    def all_chunks(self) -> dict[str, Chunk]:
         """Every call's chunk (``""`` included), by call id: what an exported page embeds."""
         return {c["call"]: c for c in self.chunks(self._members)}
 
@@ -143,7 +144,7 @@ class LazyGraph:
         return list(dict.fromkeys(wanted))
 
 
-def lazy_payload(graph: AutogradGraph, loaded: Iterable[str] = ("",)) -> dict[str, Any]:
+def lazy_payload(graph: AutogradGraph, loaded: Iterable[str] = ("",)) -> GraphPayload:
     """The skeleton a lazy page starts from (``GraphPayload`` with ``wiring`` and ``loaded``).
 
     ``version``, ``calls``, ``ghosts``, ``meta`` and ``folds`` are as in the eager payload; ``nodes``
@@ -158,7 +159,7 @@ def lazy_payload(graph: AutogradGraph, loaded: Iterable[str] = ("",)) -> dict[st
     return LazyGraph(graph).skeleton(loaded)
 
 
-def chunks(graph: AutogradGraph, call_ids: Iterable[str]) -> list[dict[str, Any]]:
+def chunks(graph: AutogradGraph, call_ids: Iterable[str]) -> list[Chunk]:
     """The ``Chunk`` of each call in ``call_ids`` (``""`` = the top level): ``call``, ``nodes`` (the
     eager records of its direct member nodes, in eager order) and ``edge_shapes`` (``[slot index,
     shape]`` for every edge slot whose source or target is a member, slot order; a slot indexes

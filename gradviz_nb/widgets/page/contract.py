@@ -1,0 +1,263 @@
+"""The Python half of the page contract: one ``TypedDict`` per exported interface of ``js/src/payload.ts``
+(same names, same fields; ``?`` fields are ``NotRequired``), and :class:`Traits`, the widget's synced
+traits as the page's ``Traits`` interface reads them. ``tests/unit/test_page_contract.py`` reads the
+TypeScript with the compiler (``js/scripts/contract.mjs``) and fails on any difference.
+
+Numbers are ``int | float`` (JSON has one number type); a TS ``Partial<X>`` trait (``{}`` for none) is
+``X | Empty``; an inline TS object type is a TypedDict that has no TS name (:class:`SavedTensor`).
+No ``from __future__ import annotations`` here: ``NotRequired`` must be seen by ``TypedDict`` itself.
+"""
+
+from typing import Literal, NotRequired, TypedDict
+
+# Exactly the exported names of js/src/payload.ts, plus Traits; the rest here are helpers for them.
+__all__ = [
+    "Chunk", "DiffStatus", "DoctorFinding", "FoldGroup", "GhostTensor", "GraphDiff", "GraphEdge", "GraphMeta",
+    "GraphNode", "GraphPayload", "LoadBody", "LoadReplyBody", "ModuleCall", "Overlay", "PageReply", "PageRequest",
+    "RecordedGrad", "RecordedStep", "Recording", "Toggles", "Traits", "Verification", "WhatIfAnswer", "Wiring",
+]
+
+Number = int | float
+Shape = list[int] | None
+
+
+class Empty(TypedDict):
+    """``{}``: a trait with nothing to show (TS ``Partial<X>``), or a body with no fields
+    (TS ``Record<string, never>``)."""
+
+
+class SavedTensor(TypedDict):
+    """``GraphNode.saved`` items (an inline object type in TS)."""
+
+    name: str
+    shape: Shape
+    dtype: str
+
+
+class GraphNode(TypedDict):
+    id: str
+    kind: Literal["op", "leaf", "root"]
+    op: str
+    label: str
+    module: str
+    call: str
+    names: list[str]
+    shape: Shape
+    dtype: str
+    requires_grad: bool
+    saved: list[SavedTensor]
+    value: list[Number] | None
+
+
+class GraphEdge(TypedDict):
+    source: str
+    target: str
+    output_nr: int
+    input_nr: int
+    shape: Shape
+
+
+class ModuleCall(TypedDict):
+    id: str
+    path: str
+    type: str
+    parent: str
+    index: int
+    size: int
+
+
+class GraphMeta(TypedDict):
+    torch_version: str
+    captured: bool
+    notes: list[str]
+    num_nodes: int
+    num_edges: int
+
+
+class Wiring(TypedDict):
+    ids: list[str]
+    kinds: str
+    calls: list[int]
+    ops: list[str]
+    op: list[int]
+    labels: list[str]
+    names: dict[str, list[str]]
+    edges: list[int]
+
+
+class FoldGroup(TypedDict):
+    id: str
+    calls: list[str]
+    parent: str
+    type: str
+
+
+class GhostTensor(TypedDict):
+    id: str
+    kind: Literal["detached", "frozen"]
+    label: str
+    names: list[str]
+    shape: Shape
+    source: str | None
+    output_nr: int
+    targets: list[str]
+    call: str
+    where: str
+    line: str
+    cut: list[str]
+
+
+EdgeShape = tuple[int, Shape]
+
+
+class GraphPayload(TypedDict):
+    version: Literal[1]
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    calls: list[ModuleCall]
+    ghosts: list[GhostTensor]
+    meta: GraphMeta
+    wiring: NotRequired[Wiring]
+    loaded: NotRequired[list[str]]
+    edge_shapes: NotRequired[list[EdgeShape]]
+    folds: NotRequired[list[FoldGroup]]
+
+
+class Chunk(TypedDict):
+    call: str
+    nodes: list[GraphNode]
+    edge_shapes: list[EdgeShape]
+
+
+class LoadBody(TypedDict):
+    calls: list[str]
+
+
+class PageRequest(TypedDict):
+    """Page -> kernel: ``{"id": 7, "kind": "load", "body": {"calls": [...]}}`` or kind ``"verify"``, body ``{}``."""
+
+    id: int
+    kind: Literal["load", "verify"]
+    body: LoadBody | Empty
+
+
+class LoadReplyBody(TypedDict):
+    chunks: list[Chunk]
+
+
+class PageReply(TypedDict):
+    """Kernel -> page: ``{"id": 7, "kind": "reply", "ok": True, "body": {...}}`` or ``ok: False`` with
+    ``error``, text a user can act on."""
+
+    id: int
+    kind: Literal["reply"]
+    ok: bool
+    body: NotRequired[LoadReplyBody | Empty]
+    error: NotRequired[str]
+
+
+class Toggles(TypedDict):
+    detach: list[str]
+    freeze: list[str]
+
+
+class WhatIfAnswer(TypedDict):
+    lost: list[str]
+    pruned: list[str]
+    runs: int
+    total: int
+
+
+class Verification(TypedDict):
+    toggles: Toggles
+    predicted_lost: list[str]
+    actual_lost: list[str]
+    agree: bool
+    unverifiable: list[str]
+    error: str
+
+
+Mark = Literal["no-grad", "nan", "flag"]
+
+
+class Overlay(TypedDict):
+    title: str
+    values: dict[str, Number]
+    scale: Literal["log", "linear"]
+    encoding: Literal["color", "size"]
+    marks: dict[str, Mark]
+    unit: str
+
+
+class RecordedGrad(TypedDict):
+    shape: list[int]
+    norm: Number
+    mean: Number
+    max_abs: Number
+    nonfinite: bool
+    value: list[Number] | None
+
+
+# Functional syntax: the field `pass` is a Python keyword.
+RecordedStep = TypedDict("RecordedStep", {
+    "node": str,
+    "op": str,
+    "pass": int,
+    "received": list[RecordedGrad | None],
+    "sent": list[RecordedGrad | None],
+    "deliveries": list[tuple[str, int, int]],
+    "leaf_before": RecordedGrad | None,
+    "leaf_after": RecordedGrad | None,
+    "explain": list[str],
+})
+
+
+class Recording(TypedDict):
+    passes: int
+    steps: list[RecordedStep]
+    values: dict[str, list[Number]]
+
+
+DiffStatus = Literal["added", "removed", "changed", "same"]
+
+
+class GraphDiff(TypedDict):
+    status: dict[str, DiffStatus]
+    why: dict[str, str]
+    added_leaves: list[str]
+    removed_leaves: list[str]
+    gained: list[str]
+    lost: list[str]
+    hidden: list[str]
+    memory: dict[str, tuple[int, int]]
+    memory_total: tuple[int, int]
+    summary: str
+
+
+class DoctorFinding(TypedDict):
+    kind: str
+    target: str
+    message: str
+    evidence: str
+    fix: str
+    step: int
+    node: str
+
+
+class Traits(TypedDict):
+    """The widget's synced traits, all of them (``GraphWidget``'s ``.tag(sync=True)`` traits minus
+    anywidget's plumbing): what an exported page embeds and what the page's ``Traits`` reads."""
+
+    graph_data: GraphPayload
+    expanded: list[str]
+    unfolded: list[str]
+    selected: str
+    height: int
+    toggles: Toggles
+    verified: Verification | Empty
+    can_verify: bool
+    overlay: Overlay | Empty
+    recording: Recording | Empty
+    step: int
+    diff: GraphDiff | Empty
+    findings: list[DoctorFinding]

@@ -1,0 +1,183 @@
+"""Analysis and probe results -> page data: the one place that knows both a result's fields and the
+page contract (``js/src/payload.ts``, typed in :mod:`~gradviz_nb.widgets.page.contract`). Analyses
+return plain results; these functions make them page data. Example::
+
+    from gradviz_nb.widgets import page
+    page.recording(gv.record_backward(loss))      # Recording (the stepper)
+    page.diff(gv.diff(before, after))             # GraphDiff (draw it on d.merged())
+    page.overlay(gv.memory_held(g), encoding="color")
+    page.overlay(flow, graph=g)                   # a GradientFlow needs the graph it is drawn on
+    page.findings(gv.doctor(step, model=m))       # list[DoctorFinding]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any, Literal, cast
+
+from gradviz_nb.analysis.diff import REMOVED_PREFIX, GraphDiff
+from gradviz_nb.analysis.memory import OVERLAY_TITLE as MEMORY_TITLE
+from gradviz_nb.analysis.memory import MemoryReport
+from gradviz_nb.doctor.findings import Diagnosis
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward import SMALL, BackwardRecording, GradStats, Step, as_list
+from gradviz_nb.probes.flow import GradientFlow
+from gradviz_nb.probes.gradcheck import OVERLAY_TITLE as GRADCHECK_TITLE
+from gradviz_nb.probes.gradcheck import GradCheck
+from gradviz_nb.tracing.graph import AutogradGraph
+from gradviz_nb.widgets.page.contract import (
+    DiffStatus,
+    DoctorFinding,
+    Mark,
+    Overlay,
+    RecordedGrad,
+    RecordedStep,
+    Recording,
+)
+from gradviz_nb.widgets.page.contract import GraphDiff as GraphDiffPage
+
+# What `page.overlay` (and so `GraphWidget.overlay`) accepts besides an Overlay dict: named in errors.
+OVERLAY_SOURCES = (MemoryReport, GradientFlow, GradCheck, Diagnosis)
+Encoding = Literal["color", "size"]
+
+
+def recorded_grad(stats: GradStats) -> RecordedGrad:
+    """One gradient's ``RecordedGrad``: statistics always, the flat values only for small tensors."""
+    small = stats.value if stats.value is not None and stats.value.numel() <= SMALL else None
+    return {"shape": stats.shape, "norm": stats.norm, "mean": stats.mean, "max_abs": stats.max_abs,
+            "nonfinite": stats.nonfinite, "value": as_list(small) if small is not None else None}
+
+
+def _grads(items: list[GradStats | None]) -> list[RecordedGrad | None]:
+    return [recorded_grad(g) if g is not None else None for g in items]
+
+
+def recorded_step(rec: BackwardRecording, s: Step) -> RecordedStep:
+    """One engine step as the stepper shows it, with its derivative lines (``rec.explain``)."""
+    return {
+        "node": s.node, "op": s.op, "pass": s.pass_index, "received": _grads(s.grad_outputs),
+        "sent": _grads(s.grad_inputs), "deliveries": [(d.target, d.output_nr, d.input_nr) for d in s.deliveries],
+        "leaf_before": recorded_grad(s.leaf_before) if s.leaf_before else None,
+        "leaf_after": recorded_grad(s.leaf_after) if s.leaf_after else None, "explain": rec.explain(s),
+    }
+
+
+def recording(rec: BackwardRecording) -> Recording:
+    """The stepper's ``Recording`` for a :func:`gv.record_backward` result (trait ``recording``)."""
+    return {"passes": rec.passes, "steps": [recorded_step(rec, s) for s in rec.steps], "values": rec.values}
+
+
+def diff(d: GraphDiff) -> GraphDiffPage:
+    """The diff view's ``GraphDiff`` (trait ``diff``), drawn over ``d.merged()`` (trait ``graph_data``)."""
+    status: dict[str, DiffStatus] = {n: "added" for n in d.added}
+    status.update({a: "same" for _, a in d.same})
+    status.update({c.after: "changed" for c in d.changed})
+    status.update({REMOVED_PREFIX + n: "removed" for n in d.removed})
+    before, after = d.memory_before, d.memory_after
+    mem_b = before.per_node if before is not None and after is not None else {}
+    mem_a = after.per_node if before is not None and after is not None else {}
+    after_of = {b: a for b, a in d.same} | {c.before: c.after for c in d.changed}
+    memory = {a: (mem_b.get(b, 0), mem_a.get(a, 0)) for b, a in after_of.items() if mem_b.get(b, 0) != mem_a.get(a, 0)}
+    memory.update({n: (0, mem_a[n]) for n in d.added if mem_a.get(n)})
+    memory.update({REMOVED_PREFIX + n: (mem_b[n], 0) for n in d.removed if mem_b.get(n)})
+    return {
+        "status": status,
+        "why": {c.after: c.why for c in d.changed},
+        "added_leaves": d.added_leaves,
+        "removed_leaves": d.removed_leaves,
+        "gained": d.gained,
+        "lost": d.lost,
+        "hidden": d.hidden,
+        "memory": memory,
+        "memory_total": (before.activations, after.activations) if before is not None and after is not None else (0, 0),
+        "summary": d.summary(),
+    }
+
+
+def findings(diagnosis: Diagnosis) -> list[DoctorFinding]:
+    """The doctor's findings as the page lists them (trait ``findings``)."""
+    return [cast(DoctorFinding, asdict(f)) for f in diagnosis.findings]
+
+
+def memory_overlay(mem: MemoryReport, encoding: Encoding = "size") -> Overlay:
+    """Nodes and boxes drawn by the bytes they keep alive for backward (log scale, unit B)."""
+    values: dict[str, int | float] = {n: float(b) for n, b in mem.per_node.items() if b > 0}
+    values.update({f"call:{c}": float(b) for c, b in mem.per_call.items() if c and b > 0})
+    return {"title": MEMORY_TITLE, "values": values, "scale": "log", "encoding": encoding, "marks": {}, "unit": "B"}
+
+
+def flow_overlay(flow: GradientFlow, graph: AutogradGraph) -> Overlay:
+    """Gradient norms of a :func:`gv.gradient_flow` on ``graph``: leaves get their parameter's norm, module
+    boxes (``"call:<id>"``) their module's; marks ``no-grad`` (no gradient), ``nan`` (NaN/Inf), ``flag``
+    (vanishing, exploding, dead adapter)."""
+    values: dict[str, int | float] = {}
+    marks: dict[str, Mark] = {}
+    flagged_paths = {f.target for f in flow.flags if f.kind in ("vanishing", "exploding", "dead-adapter")}
+    flagged_params = {n for f in flow.flags if f.kind == "dead-adapter" for n in f.params}
+    leaves = graph.leaves()
+    for p in flow.params:
+        node = next((leaves[n] for n in p.names if n in leaves), None)
+        if node is None:
+            continue
+        if not p.has_grad:
+            marks[node] = "no-grad"
+            continue
+        if math.isfinite(p.norm):
+            values[node] = p.norm
+        if p.nonfinite:
+            marks[node] = "nan"
+        elif p.module in flagged_paths or any(n in flagged_params for n in p.names):
+            marks[node] = "flag"
+    by_path = {m.path: m for m in flow.modules}
+    for call in graph.calls:
+        m = by_path.get(call["path"])
+        if m is None or not m.n_with_grad:
+            continue
+        if math.isfinite(m.norm):  # marks are per node id in the contract: a box shows its members' marks
+            values[f"call:{call['id']}"] = m.norm
+    return {"title": "gradient L2 norm", "values": values, "scale": "log", "encoding": "color", "marks": marks,
+            "unit": ""}
+
+
+def gradcheck_overlay(res: GradCheck) -> Overlay:
+    """Nodes whose backward disagrees with finite differences, flagged and coloured by relative error."""
+    return {"title": GRADCHECK_TITLE, "values": {w.node: w.rel_error for w in res.wrong}, "scale": "log",
+            "encoding": "color", "marks": {w.node: "flag" for w in res.wrong}, "unit": ""}
+
+
+def findings_overlay(diagnosis: Diagnosis) -> Overlay:
+    """Every node or box that has a doctor finding, marked (``nan`` for NaN origins, else ``flag``)."""
+    marks: dict[str, Mark] = {f.node: "nan" if f.kind in ("nan-origin", "nan") else "flag"
+                              for f in diagnosis.findings if f.node}
+    return {"title": "doctor findings", "values": {}, "scale": "linear", "encoding": "color", "marks": marks,
+            "unit": ""}
+
+
+def overlay(source: Any, graph: AutogradGraph | None = None, encoding: Encoding | None = None) -> Overlay:
+    """The ``Overlay`` (trait ``overlay``) for ``source``: a :class:`MemoryReport` (bytes held for
+    backward; ``encoding`` "size", the default, or "color"), a ``GradientFlow`` (gradient norms; needs
+    ``graph``), a ``GradCheck`` (wrong nodes) or a doctor ``Diagnosis`` (nodes with findings).
+    Raises :class:`GradvizError` for anything else, naming what is accepted."""
+    if encoding is not None and encoding not in ("size", "color"):
+        raise GradvizError(f"overlay: encoding must be 'size' or 'color', got {encoding!r}.")
+    if encoding is not None and not isinstance(source, MemoryReport):
+        raise GradvizError("overlay: encoding= applies to a MemoryReport only (the others have their own).")
+    if isinstance(source, MemoryReport):
+        return memory_overlay(source, encoding or "size")
+    if isinstance(source, GradientFlow):
+        if graph is None:
+            raise GradvizError("overlay: a GradientFlow is drawn on a graph: page.overlay(flow, graph=g), "
+                               "or set it on a widget (w.overlay = flow), which has its graph.")
+        return flow_overlay(source, graph)
+    if isinstance(source, GradCheck):
+        return gradcheck_overlay(source)
+    if isinstance(source, Diagnosis):
+        return findings_overlay(source)
+    raise GradvizError(f"overlay: expected {overlay_sources()}, got {type(source).__name__}.")
+
+
+def overlay_sources() -> str:
+    """The accepted overlay sources in words, for error messages."""
+    return ", ".join(f"a {t.__name__}" for t in OVERLAY_SOURCES) + " (gv.memory_held, gv.gradient_flow, " \
+        "gv.gradcheck, gv.doctor)"

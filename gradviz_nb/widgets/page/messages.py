@@ -1,0 +1,96 @@
+"""Messages between the page and the kernel: one envelope, one dispatcher.
+
+Page -> kernel (``PageRequest``): ``{"id": 7, "kind": "load", "body": {"calls": ["blocks.0"]}}`` or
+``{"id": 8, "kind": "verify", "body": {}}``. Kernel -> page (``PageReply``), the same id:
+``{"id": 7, "kind": "reply", "ok": True, "body": {"chunks": [...]}}`` (``{}`` for verify, whose result
+arrives in the ``verified`` trait), or ``{"id": 7, "kind": "reply", "ok": False, "error": "..."}``.
+
+:func:`dispatch` never raises: a message that is not a dict or has no int id is logged (logger
+``"gradviz_nb"``) and ignored; an unknown kind, a bad body or a failing handler is logged and answered
+with ``ok: False`` and a message a user can act on. The exported page answers through the same
+functions: :func:`answers` runs :func:`load_body` for every module call ahead of time, and the page's
+fake model only looks the bodies up and wraps them with the request's id (``gradviz_nb.export.html``).
+
+Example::
+
+    handlers = {"load": lambda body: load_body(lazy, body)}
+    dispatch({"id": 1, "kind": "load", "body": {"calls": [""]}}, handlers)   # {"id": 1, "ok": True, ...}
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.widgets.page.contract import Chunk, Empty, LoadReplyBody, PageReply
+from gradviz_nb.widgets.page.finite_json import finite_nodes
+from gradviz_nb.widgets.page.lazy import LazyGraph
+
+log = logging.getLogger("gradviz_nb")
+
+Body = LoadReplyBody | Empty
+Handler = Callable[[Mapping[str, Any]], Body]
+
+
+class Answers(TypedDict):
+    """What an exported page (no kernel) answers from: each request kind's reply bodies by argument
+    (``"load"``: call id -> the body :func:`load_body` gives for that one call)."""
+
+    load: dict[str, LoadReplyBody]
+
+
+def load_body(lazy: LazyGraph, body: Mapping[str, Any]) -> LoadReplyBody:
+    """The body of the reply to ``{"kind": "load", "body": {"calls": [...]}}``: one ``Chunk`` per call,
+    in the order asked (duplicates once), JSON-safe. Raises :class:`GradvizError` for a bad body."""
+    calls = body.get("calls")
+    if not isinstance(calls, list):
+        raise GradvizError(f"load: 'calls' must be a list of module call ids, got {type(calls).__name__}.")
+    chunks: list[Chunk] = [finite_nodes(c) for c in lazy.chunks(calls)]
+    return {"chunks": chunks}
+
+
+def answers(lazy: LazyGraph | None) -> Answers:
+    """Every reply body an exported page may need, computed by the kernel's own handlers."""
+    if lazy is None:
+        return {"load": {}}
+    calls = ["", *(c["id"] for c in lazy.graph.calls)]
+    return {"load": {call: load_body(lazy, {"calls": [call]}) for call in calls}}
+
+
+def reply(request_id: int, body: Body) -> PageReply:
+    return {"id": request_id, "kind": "reply", "ok": True, "body": body}
+
+
+def failure(request_id: int, error: str) -> PageReply:
+    return {"id": request_id, "kind": "reply", "ok": False, "error": error}
+
+
+def dispatch(message: object, handlers: Mapping[str, Handler]) -> PageReply | None:
+    """The reply to one page message (``None``: nothing to reply to); never raises."""
+    if not isinstance(message, Mapping):
+        log.warning("page message ignored: expected a JSON object, got %s", type(message).__name__)
+        return None
+    request_id = message.get("id")
+    if not isinstance(request_id, int) or isinstance(request_id, bool):
+        log.warning("page message ignored: no integer 'id' (kind %r)", message.get("kind"))
+        return None
+    kind, body = message.get("kind"), message.get("body", {})
+    if kind not in handlers:
+        known = ", ".join(sorted(handlers)) or "none"
+        return _failed(request_id, f"unknown request kind {kind!r} (this widget answers: {known}).")
+    if not isinstance(body, Mapping):
+        return _failed(request_id, f"{kind}: 'body' must be a JSON object, got {type(body).__name__}.")
+    try:
+        return reply(request_id, handlers[str(kind)](body))
+    except GradvizError as err:
+        return _failed(request_id, str(err))
+    except Exception as err:  # a bug of ours: logged with its traceback, and the page is told
+        log.exception("page request %r failed", kind)
+        return failure(request_id, f"{kind} failed: {type(err).__name__}: {err}")
+
+
+def _failed(request_id: int, error: str) -> PageReply:
+    log.warning("page request %d refused: %s", request_id, error)
+    return failure(request_id, error)

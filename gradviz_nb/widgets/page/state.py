@@ -1,0 +1,157 @@
+"""One route to the canvas: anything it can show -> the widget's synced traits (``contract.Traits``).
+
+:func:`build` is what ``GraphWidget(x)`` and ``gv.export_html(x)`` both start from. ``x`` is an
+``AutogradGraph``, a loss tensor (or a list of them; traced here), a ``BackwardRecording`` (the
+stepper), a ``GraphDiff`` (its merged graph coloured by status), a doctor ``Diagnosis`` (findings beside
+the graph, marked on it), a ``MemoryReport`` or a ``GradCheck`` (drawn as an overlay on their graph).
+A ``GradientFlow`` holds no graph: give it as ``overlay=flow`` next to a graph or a loss.
+:func:`snapshot` adds what an exported page needs besides the traits: the answers to its requests.
+
+Example::
+
+    from gradviz_nb.widgets import page
+    built = page.build(gv.diff(before, after))
+    built.state["diff"]["summary"], built.graph       # the merged graph
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast, runtime_checkable
+
+import torch
+from torch import nn
+
+from gradviz_nb.analysis.diff import GraphDiff
+from gradviz_nb.analysis.memory import MemoryReport
+from gradviz_nb.doctor.findings import Diagnosis
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward import BackwardRecording
+from gradviz_nb.probes.flow import GradientFlow
+from gradviz_nb.probes.gradcheck import GradCheck
+from gradviz_nb.tracing import AutogradGraph, Capture, trace
+from gradviz_nb.widgets.page import convert
+from gradviz_nb.widgets.page import lazy as lazy_mode
+from gradviz_nb.widgets.page.contract import Traits
+from gradviz_nb.widgets.page.messages import Answers, answers
+from gradviz_nb.widgets.page.payload import graph as graph_payload
+from gradviz_nb.widgets.page.payload import initial_expanded
+from gradviz_nb.widgets.page.traits import convert_trait
+
+# Every trait's value when nothing is shown (graph_data and expanded come from the graph).
+DEFAULTS: dict[str, Any] = {
+    "unfolded": [], "selected": "", "height": 600, "toggles": {"detach": [], "freeze": []}, "verified": {},
+    "can_verify": False, "overlay": {}, "recording": {}, "step": -1, "diff": {}, "findings": [],
+}
+ACCEPTED = ("an AutogradGraph, a loss tensor (or a list of them), a BackwardRecording (gv.record_backward), "
+            "a GraphDiff (gv.diff), a Diagnosis (gv.doctor), a MemoryReport (gv.memory_held) or a GradCheck "
+            "(gv.gradcheck)")
+
+
+@dataclass
+class Built:
+    """The graph drawn, the synced traits' first values, and the lazy index when the page starts lazy."""
+
+    graph: AutogradGraph
+    state: Traits
+    lazy: lazy_mode.LazyGraph | None
+
+
+@dataclass
+class Snapshot:
+    """Everything an exported page holds: the traits, the answers to its requests, a caption."""
+
+    state: Traits
+    answers: Answers
+    caption: str
+
+
+@runtime_checkable
+class HasSnapshot(Protocol):
+    """A live view (``GraphWidget``) that can give its current state, so export never needs its class."""
+
+    def page_snapshot(self, **traits: Any) -> Snapshot: ...
+
+
+def source(
+    x: Any,
+    model: nn.Module | None = None,
+    capture: Capture | None = None,
+    names: Mapping[str, torch.Tensor] | None = None,
+) -> tuple[AutogradGraph, dict[str, Any]]:
+    """The graph ``x`` is drawn on, and the page traits ``x`` itself brings (converted)."""
+    if isinstance(x, Diagnosis):
+        if x.graph is None:
+            raise GradvizError("this diagnosis has no graph to draw: the step ran no backward.")
+        return x.graph, {"findings": convert.findings(x), "overlay": convert.overlay(x)}
+    if isinstance(x, BackwardRecording):
+        return x.graph, {"recording": convert.recording(x)}
+    if isinstance(x, GraphDiff):
+        return x.merged(), {"diff": convert.diff(x)}
+    if isinstance(x, MemoryReport):
+        return x.graph, {"overlay": convert.overlay(x)}
+    if isinstance(x, GradCheck):
+        return x.graph, {"overlay": convert.overlay(x)}
+    if isinstance(x, GradientFlow):
+        raise GradvizError("a GradientFlow holds no graph to draw it on: GraphWidget(loss, model=model, "
+                           "overlay=flow), or w.overlay = flow on a widget you have.")
+    if isinstance(x, AutogradGraph):
+        return x, {}
+    if isinstance(x, torch.Tensor) or (isinstance(x, Sequence) and x and all(isinstance(t, torch.Tensor) for t in x)):
+        return trace(x, model, capture, names), {}
+    raise GradvizError(f"nothing to draw from {type(x).__name__}: expected {ACCEPTED}.")
+
+
+def build(
+    x: Any,
+    model: nn.Module | None = None,
+    capture: Capture | None = None,
+    names: Mapping[str, torch.Tensor] | None = None,
+    lazy: bool | None = None,
+    **traits: Any,
+) -> Built:
+    """The synced traits for ``x`` (see the module doc), with ``traits`` (e.g. ``overlay=mem``,
+    ``height=400``) converted as the widget's traits convert them, and overriding what ``x`` brings.
+
+    Lazy (big graphs): with module calls and more than ``LAZY_NODES`` nodes, unless there is a
+    recording or a diff (their views need every record); ``lazy=True/False`` decides instead."""
+    graph, brought = source(x, model, capture, names)
+    given = {**brought, **traits}
+    if lazy is None:
+        big = bool(graph.calls) and len(graph) > lazy_mode.LAZY_NODES
+        lazy = big and not (given.get("recording") or given.get("diff"))  # their views need every record
+    index = lazy_mode.LazyGraph(graph) if lazy else None
+    expanded = initial_expanded(graph)
+    payload = index.skeleton(["", *expanded]) if index else graph_payload(graph)
+    state: dict[str, Any] = {**copy.deepcopy(DEFAULTS), "expanded": expanded}
+    state["graph_data"] = convert_trait("graph_data", payload, graph)
+    for name, value in given.items():
+        state[name] = convert_trait(name, value, graph)
+    return Built(graph, cast(Traits, state), index)
+
+
+def snapshot(graph: AutogradGraph, state: Mapping[str, Any], index: lazy_mode.LazyGraph | None,
+             **traits: Any) -> Snapshot:
+    """An exported page's contents: ``state`` with ``traits`` converted over it, and the answers to the
+    load requests a lazy page (``wiring`` in its graph data) will send."""
+    out = dict(state)
+    for name, value in traits.items():
+        out[name] = convert_trait(name, value, graph)
+    is_lazy = "wiring" in out.get("graph_data", {})
+    if is_lazy and index is None:
+        index = lazy_mode.LazyGraph(graph)
+    caption = "\n".join(graph.summary().splitlines()[:2])
+    return Snapshot(cast(Traits, out), answers(index if is_lazy else None), caption)
+
+
+def page_snapshot(x: Any, **traits: Any) -> Snapshot:
+    """The snapshot of a live view (anything with ``page_snapshot``, e.g. a ``GraphWidget``: its current
+    state) or of anything :func:`build` accepts (drawn as a fresh widget would be); a snapshot as is."""
+    if isinstance(x, Snapshot) and not traits:
+        return x
+    if isinstance(x, HasSnapshot):
+        return x.page_snapshot(**traits)
+    built = build(x, **traits)
+    return snapshot(built.graph, built.state, built.lazy)
