@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.probes.flow import GradientFlow, gradient_flow
+from gradviz_nb.probes.sharded import reshard_fsdp
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
 
 __all__ = ["StepRecord", "observe_step"]
@@ -113,5 +114,7 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
             finally:
                 if hook is not None:
                     hook.remove()
+    if reshard_fsdp(model):  # a step without backward under FSDP2 ends unsharded: compare shards with shards
+        named = dict(model.named_parameters())
     rec.moved = {n for n, p in named.items() if not torch.equal(p.detach(), before[n])}
     return rec

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradviz_nb.probes.sharded import reshard_fsdp
+
 __all__ = ["TrainingState", "describe_differences"]
 
 
@@ -38,6 +40,7 @@ class TrainingState:
 
     @classmethod
     def save(cls, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> TrainingState:
+        reshard_fsdp(model)  # FSDP2: save the sharded parameters, which every step ends with
         named = dict(model.named_parameters(remove_duplicate=True))
         return cls(
             model=model,

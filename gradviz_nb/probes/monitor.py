@@ -479,10 +479,11 @@ class GradientMonitor:
             names = [self._names[i] for i in idx]
             who = "rank " + str(missing[0]) if len(missing) == 1 else "ranks " + ", ".join(map(str, missing))
             reached_by = [r for r in range(reached.shape[0]) if r not in missing]
+            by = ("rank " if len(reached_by) == 1 else "ranks ") + ", ".join(map(str, reached_by))
             shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
             self._event("unused-on-rank", names[0] if len(names) == 1 else _common_prefix(names),
-                        f"backward on {who} never reached {shown}, which ranks {', '.join(map(str, reached_by))} "
-                        "did reach (a branch skipped on some ranks, or outputs left out of the loss there). DDP "
+                        f"backward on {who} never reached {shown}, which {by} did reach since the last "
+                        "step (a branch skipped on some ranks, or outputs left out of the loss there). DDP "
                         "without find_unused_parameters=True fails on this with 'Expected to have finished "
                         "reduction in the prior iteration'; with it, DDP averages in zeros for these parameters. "
                         "Make every rank use the same parameters, or keep find_unused_parameters=True.",

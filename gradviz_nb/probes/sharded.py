@@ -14,12 +14,14 @@ reduce fixed-size buffers built from the model's structure, never from what one 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
-__all__ = ["all_reduce_rows", "is_dtensor", "local_part"]
+__all__ = ["all_reduce_rows", "is_dtensor", "local_part", "reshard_fsdp"]
 
 
 def _dtensor_type() -> type | None:
@@ -73,3 +75,21 @@ def all_reduce_rows(meshes: Sequence[Any], sums: torch.Tensor, maxes: torch.Tens
         sums[rows] = s
         if maxes is not None and mx is not None:
             maxes[rows] = mx
+
+
+def reshard_fsdp(model: nn.Module) -> int:
+    """Put FSDP2 modules left unsharded back to their sharded parameters; returns how many were resharded.
+
+    A forward under ``fully_shard`` that is never backpropagated (a loss traced to look at, an evaluation)
+    leaves the root's parameters all-gathered: ``model.named_parameters()`` then gives plain full tensors
+    where it gives ``DTensor`` shards after a backward, and comparing or copying one kind onto the other
+    crashes (``torch.equal`` of a ``DTensor`` and a plain tensor segfaults in torch 2.13). FSDP's own
+    ``reshard()`` frees the all-gathered copies; the values are unchanged (the shards hold them).
+    """
+    fsdp = getattr(sys.modules.get("torch.distributed.fsdp"), "FSDPModule", None)
+    if fsdp is None or all(is_dtensor(p) for p in model.parameters()):
+        return 0
+    modules = [m for m in model.modules() if isinstance(m, fsdp)]
+    for m in modules:
+        m.reshard()
+    return len(modules)

@@ -12,6 +12,7 @@ from torch import nn
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.capture import Attribution, Capture, ModuleCall, watched
+from gradviz_nb.tracing.distributed import annotate_distributed
 from gradviz_nb.tracing.ghosts import SMALL_VALUE, Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.tracing.walk import RawNode, short_op, walk
@@ -106,6 +107,7 @@ def _trace(
     if any(r.op == "CompiledFunctionBackward" for r in raw):
         notes.append(COMPILED_NOTE)
     graph.graph["notes"] = notes
+    annotate_distributed(graph, model)  # FSDP2 / DDP / DTensor nodes: label, note, where collectives run
     return AutogradGraph(graph), nodes
 
 

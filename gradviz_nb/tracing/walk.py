@@ -231,6 +231,11 @@ def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -
     if entry["shape"] is None:
         entry["shape"] = list(t.shape)
     entry["dtype"] = entry["dtype"] or _dtype_name(t.dtype)
+    outer = t  # a DTensor parameter is a Parameter; its local piece is not
+    if type(t) not in _PLAIN:
+        t = _local_piece(t)
+        if t is not outer:
+            entry["sharded"] = True  # bytes and storage: this rank's piece
     size = t.element_size()
     # The storage's base address without building a storage object per tensor (most saved tensors
     # share a few storages); the storage itself is asked once per walk for its size.
@@ -238,9 +243,23 @@ def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -
     known = storages.get(key)
     if known is None:
         # One storage is a parameter's or not for every tensor on it (Parameter's isinstance is slow).
-        known = storages[key] = (len(storages), _is_parameter(t), int(t.untyped_storage().nbytes()))
+        known = storages[key] = (len(storages), _is_parameter(outer), int(t.untyped_storage().nbytes()))
     index, param, storage_bytes = known
     entry.update(bytes=t.numel() * size, storage=index, storage_bytes=storage_bytes, param=param)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _local_piece(t: torch.Tensor) -> torch.Tensor:
+    """A ``DTensor``'s piece on this rank (``_local_tensor``), else ``t``. A DTensor is a wrapper: its own
+    ``data_ptr()`` is 0 for all of them and its storage size is the full (global) tensor's, so each rank's
+    memory is its local piece's storage."""
+    while True:
+        local = getattr(t, "_local_tensor", None)  # a slot on DTensor
+        if not isinstance(local, torch.Tensor):
+            return t
+        t = local
 
 
 def _held_entries(held: list[tuple[str, torch.Tensor]], storages: Storages, via: str,
