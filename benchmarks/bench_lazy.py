@@ -7,7 +7,7 @@ Run from the repository root::
 
 The graphs are ``bench_scale.py``'s: :class:`gradviz_nb.demo_models.GPT2` with d_model 32, 2 heads,
 vocab 101, batch 1, seq 8 and a growing ``n_layer``, traced with ``gv.capture``. Per size it prints the
-eager payload (``to_payload`` + ``json.dumps``: bytes per node, ms), the ``LazyGraph`` index build, the
+eager payload (``page.graph`` + ``json.dumps``: bytes per node, ms), the ``LazyGraph`` index build, the
 skeleton the widget sends first (the calls ``initial_expanded`` opens: bytes per node, ms with dumps),
 fold groups, and one chunk (a block, and the top level): median ms and bytes.
 """

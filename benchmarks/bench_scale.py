@@ -15,7 +15,7 @@ loss and in one process:
 (a) ``gv.trace(loss, model=m, capture=cap)``: median wall and process-CPU time of ``--repeats`` calls
     (GC off while timing), and the peak Python heap of one more call under ``tracemalloc``;
 (b) torchviz ``make_dot(loss, params=...)``: the same (the ``Digraph`` object only, no render);
-(c) the widget payload: ``len(json.dumps(page.graph(g)))`` and the time of ``to_payload`` + ``dumps``;
+(c) the widget payload: ``len(json.dumps(page.graph(g)))`` and the time of ``page.graph`` + ``dumps``;
     and the lazy skeleton a big graph's widget really sends first (``gradviz_nb.widgets.page.lazy``);
 (d) torchview ``draw_graph(model, input_data=tokens, depth=3)``, which builds its graph by running a
     forward itself, against the same work on our side: a forward inside ``gv.capture`` plus

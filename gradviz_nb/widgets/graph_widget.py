@@ -16,7 +16,7 @@ from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.rerun import Rerunnable
 from gradviz_nb.tracing import Capture
-from gradviz_nb.widgets.page.contract import Empty, Traits
+from gradviz_nb.widgets.page.contract import Empty, PageReply, Traits
 from gradviz_nb.widgets.page.lazy import LazyGraph
 from gradviz_nb.widgets.page.messages import Body, dispatch, load_body
 from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
@@ -205,11 +205,19 @@ class GraphWidget(anywidget.AnyWidget):
 
         return save_png(self.page_snapshot(), path, scale)
 
+    def answer(self, message: Any) -> PageReply | None:
+        """The reply to one page message (a ``PageRequest``), as the comm handler sends it; never raises.
+        ``None`` when there is nothing to reply to (not a dict, no integer id: logged). Example::
+
+            w.answer({"id": 1, "kind": "load", "body": {"calls": ["blocks.0"]}})["body"]["chunks"]
+        """
+        return dispatch(message, {"load": self._load, "verify": self._verify_request})
+
     def _on_page_message(self, _: Any, content: Any, buffers: Any) -> None:
-        # The comm calls this with whatever the page sent: dispatch logs and drops what is malformed.
-        answer = dispatch(content, {"load": self._load, "verify": self._verify_request})
-        if answer is not None:
-            self.send(answer)
+        # The comm calls this with whatever the page sent: `answer` logs and drops what is malformed.
+        reply = self.answer(content)
+        if reply is not None:
+            self.send(reply)
 
     def _load(self, body: Mapping[str, Any]) -> Body:
         return load_body(self.lazy_graph(), body)
@@ -217,6 +225,14 @@ class GraphWidget(anywidget.AnyWidget):
     def _verify_request(self, body: Mapping[str, Any]) -> Empty:
         self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run
         return {}
+
+    # --- static fallback (gradviz_nb/widgets/static_fallback.py; issue 15) ---------------------------
+    def _ipython_display_(self) -> None:
+        """Show the widget, then a hidden static SVG of the graph that only front ends unable to draw the
+        widget reveal (nbconvert HTML offline, a notebook reopened without widget state)."""
+        from gradviz_nb.widgets.static_fallback import display_with_fallback
+
+        display_with_fallback(self)
 
     def __repr__(self) -> str:
         return f"<GraphWidget: {self.graph!r}>"
