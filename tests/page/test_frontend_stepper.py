@@ -225,3 +225,29 @@ def test_jump_to_first_nonfinite_gradient(browser: Any, tmp_path: Path) -> None:
     healthy = gv.record_backward((x.tanh() * w).sum(), names={"x": x, "w": w})
     q = Page(browser, tmp_path, {"graph": page.graph(healthy.graph), "recording": page.recording(healthy)})
     assert q.page.locator("[data-testid=gradviz-step-nonfinite]").is_hidden()
+
+
+def test_stepper_buttons_draw_svg_icons_not_font_glyphs(browser: Any, tmp_path: Path) -> None:
+    # Issue 14: a stock headless Chromium has no ⏸ glyph and drew "▯"; the icons are inline SVG paths.
+    p = Page(browser, tmp_path, fixture("recording_scalar.json"))
+    play = p.page.locator("[data-testid=gradviz-step-play]")
+    icons = "(id) => [...document.querySelector(`[data-testid=${id}]`).querySelectorAll('svg path')].length"
+    for testid in ("gradviz-step-start", "gradviz-step-back", "gradviz-step-play", "gradviz-step-forward"):
+        assert p.js(icons, testid) == 1, testid
+        box = p.page.locator(f"[data-testid={testid}] svg").bounding_box()
+        assert box and box["width"] >= 10 and box["height"] >= 10, (testid, box)  # drawn, not a 0-size glyph
+    assert play.inner_text().strip() == "Play"
+    assert p.js("() => document.querySelector('[data-testid=gradviz-step-play] svg').dataset.icon") == "play"
+    p.page.select_option("[data-testid=gradviz-step-speed]", "0.5")
+    play.click()
+    assert p.info()["playing"] is True
+    assert play.inner_text().strip() == "Pause"
+    assert p.js("() => document.querySelector('[data-testid=gradviz-step-play] svg').dataset.icon") == "pause"
+    text = p.js("() => document.querySelector('[data-testid=gradviz-stepper]').textContent")
+    assert not any(ch in text for ch in "⏸⇤⏯▯"), text
+    p.page.locator("[data-testid=gradviz-stepper]").screenshot(path=str(tmp_path / "stepper-controls.png"))
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("[data-testid=gradviz-stepper]").screenshot(path=str(SCREENSHOTS / "stepper-controls-playing.png"))
+    play.click()
+    assert p.info()["playing"] is False and play.inner_text().strip() == "Play"
+    assert p.errors == []

@@ -38,16 +38,58 @@ export interface StepperPanel {
 
 export const SPEEDS = [0.5, 1, 2, 4, 8];
 
+// Inline SVG icons: the font of a stock headless Chromium (and some machines) lacks ⏸ and ⇤, which
+// then show as "▯"; a path needs no font. 16x16 view box, drawn in the button's text colour.
+const ICONS = {
+  start: "M3 3h2v10H3zM14 3v10L6 8z",
+  back: "M12 3v10L4 8z",
+  play: "M4 3v10l8-5z",
+  pause: "M4 3h3v10H4zM9 3h3v10H9z",
+  forward: "M3 3v10l8-5zM11 3h2v10h-2z",
+} as const;
+export type IconName = keyof typeof ICONS;
+
+const SVG = "http://www.w3.org/2000/svg";
+
+/** A small inline SVG icon (aria-hidden: the button's title / text names the action). */
+export function icon(name: IconName): SVGSVGElement {
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 16 16");
+  svg.setAttribute("width", "12");
+  svg.setAttribute("height", "12");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("class", "gradviz-icon");
+  svg.dataset.icon = name;
+  const path = document.createElementNS(SVG, "path");
+  path.setAttribute("d", ICONS[name]);
+  path.setAttribute("fill", "currentColor");
+  svg.append(path);
+  return svg;
+}
+
+/** Put an icon and an optional word into a button. */
+function setIcon(b: HTMLButtonElement, name: IconName, word: string): void {
+  b.replaceChildren(icon(name), ...(word ? [h("span", {}, word)] : []));
+}
+
 export function createStepper(actions: StepperActions): StepperPanel {
   const button = (label: string, testid: string, title: string, onClick: () => void): HTMLButtonElement => {
     const b = h("button", { type: "button", "data-testid": testid, title, "aria-label": title }, label);
     b.addEventListener("click", onClick);
     return b;
   };
-  const start = button("⇤", "gradviz-step-start", "Back to before the backward pass", () => actions.seek(-1));
-  const back = button("◀", "gradviz-step-back", "Step back (←)", () => actions.step(-1));
-  const play = button("▶ Play", "gradviz-step-play", "Play / pause (Space)", () => actions.togglePlay());
-  const fwd = button("Step ▶", "gradviz-step-forward", "Step: run the next node (→)", () => actions.step(1));
+  const iconButton = (name: IconName, word: string, testid: string, title: string, onClick: () => void): HTMLButtonElement => {
+    const b = button("", testid, title, onClick);
+    b.classList.add("gradviz-icon-button");
+    // Inline, not in styles.css: icon and word side by side, centred.
+    Object.assign(b.style, { display: "inline-flex", alignItems: "center", gap: "4px" });
+    setIcon(b, name, word);
+    return b;
+  };
+  const start = iconButton("start", "", "gradviz-step-start", "Back to before the backward pass", () => actions.seek(-1));
+  const back = iconButton("back", "", "gradviz-step-back", "Step back (←)", () => actions.step(-1));
+  const play = iconButton("play", "Play", "gradviz-step-play", "Play / pause (Space)", () => actions.togglePlay());
+  const fwd = iconButton("forward", "Step", "gradviz-step-forward", "Step: run the next node (→)", () => actions.step(1));
   const speed = h("select", { "data-testid": "gradviz-step-speed", title: "Playback speed (steps per second)" });
   for (const s of SPEEDS) speed.append(h("option", { value: String(s) }, `${s}/s`));
   speed.value = "2";
@@ -95,7 +137,10 @@ export function createStepper(actions: StepperActions): StepperPanel {
       back.disabled = s.cursor < 0;
       start.disabled = s.cursor < 0;
       fwd.disabled = s.cursor >= s.total - 1;
-      setText(play, s.playing ? "⏸ Pause" : "▶ Play");
+      if (play.dataset.playing !== String(s.playing)) {
+        play.dataset.playing = String(s.playing);
+        setIcon(play, s.playing ? "pause" : "play", s.playing ? "Pause" : "Play");
+      }
       play.setAttribute("aria-pressed", String(s.playing));
       if (passes !== s.passes) {
         passes = s.passes;
