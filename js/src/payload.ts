@@ -1,4 +1,5 @@
-// The data contract between Python (gradviz_nb/widgets/payload.py) and the page.
+// The data contract between Python (gradviz_nb/widgets/page: contract.py types every interface here,
+// tests/unit/test_page_contract.py compares them through the compiler) and the page.
 // Everything here is plain JSON carried in the widget's synced traits, so a saved notebook
 // or an exported page can rebuild the view with no kernel running.
 
@@ -280,7 +281,8 @@ export interface Recording {
 export type DiffStatus = "added" | "removed" | "changed" | "same";
 
 /**
- * The diff view (synced trait `diff`; `{}` for none), from Python's `gv.diff(before, after).to_payload()`.
+ * The diff view (synced trait `diff`; `{}` for none), from Python's `page.diff(gv.diff(before, after))`
+ * (what `GraphWidget(d)` sets).
  * The widget then draws `GraphDiff.merged()` (trait `graph_data`): the "after" graph plus the removed
  * nodes of "before" under ids "was:<before id>" (with their edges and any module calls only "before" had).
  * Suggested colours: added green, removed red (dashed), changed amber, same as usual.
