@@ -53,3 +53,23 @@ def inner_optimizer(optimizer: Any) -> torch.optim.Optimizer | None:
         else:
             break
     return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+
+
+def total_grad_norm(model: nn.Module) -> torch.Tensor | None:
+    """The total L2 norm of the gradients, as ``clip_grad_norm_`` computes it (None where it cannot be read off
+    the local tensors: ``DTensor`` shards or sparse gradients). Stays on the device: no sync."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads or any(type(g).__name__ == "DTensor" or g.layout != torch.strided for g in grads):
+        return None
+    total: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2)))
+    return total
+
+
+def last_record_numbers(monitor: Any, n_flags: int) -> dict[str, float]:
+    """Per-step summary numbers for a framework's logger: the latest record's total and largest layer norm."""
+    norms = monitor.history("norm")[-1]
+    finite = norms[torch.isfinite(norms)]
+    total = float(finite.pow(2).sum().sqrt()) if finite.numel() else float("nan")
+    biggest = float(finite.max()) if finite.numel() else float("nan")
+    return {"gradviz/grad_norm": total, "gradviz/max_layer_norm": biggest, "gradviz/flags": float(n_flags),
+            "gradviz/step": float(monitor.steps[-1])}

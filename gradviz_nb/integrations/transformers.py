@@ -16,7 +16,6 @@ arrive in nested backward passes, whose end is not the end of the step; the call
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,13 @@ import torch
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.integrations._common import inner_optimizer, require, unwrap_model
+from gradviz_nb.integrations._common import (
+    inner_optimizer,
+    last_record_numbers,
+    require,
+    total_grad_norm,
+    unwrap_model,
+)
 from gradviz_nb.probes.flow import Flag, GradientFlow, gradient_flow
 from gradviz_nb.probes.monitor import GradientMonitor, MonitorThresholds
 
@@ -195,15 +200,10 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
             self.first_flow = gradient_flow(self._model, optimizer=self._optimizer, scaler=scaler)
 
     def _total_norm(self) -> torch.Tensor | None:
-        """Pre-clip total norm, as ``clip_grad_norm_`` computes it (None where the monitor's sum would not be
-        the true one: DTensor shards, or gradients still carrying a GradScaler's factor)."""
+        """Pre-clip total norm (None while gradients still carry a GradScaler's factor: clipping unscales first)."""
         if self._model is None or (self._scaler is not None and self._scaler.is_enabled()):
             return None
-        grads = [p.grad for p in self._model.parameters() if p.grad is not None]
-        if not grads or any(type(g).__name__ == "DTensor" or g.layout != torch.strided for g in grads):
-            return None
-        total: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2)))
-        return total
+        return total_grad_norm(self._model)
 
     # -- results -----------------------------------------------------------------------------------
     def flags(self) -> list[tuple[int, Flag]]:
@@ -219,11 +219,7 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
         mon = self.monitor
         if mon is None or not mon.steps:
             return {}
-        norms = mon.history("norm")[-1]
-        finite = norms[torch.isfinite(norms)]
-        total = math.sqrt(float((finite**2).sum())) if finite.numel() else math.nan
-        return {"gradviz/grad_norm": total, "gradviz/max_layer_norm": float(finite.max()) if finite.numel()
-                else math.nan, "gradviz/flags": float(len(self.flags())), "gradviz/step": float(mon.steps[-1])}
+        return last_record_numbers(mon, len(self.flags()))
 
     # -- helpers -----------------------------------------------------------------------------------
     def _save(self, args: Any) -> None:
