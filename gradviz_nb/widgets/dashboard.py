@@ -1,4 +1,4 @@
-"""``gv.Dashboard``: the autograd graph and the gradient-flow charts side by side, selections linked.
+"""``gv.Dashboard``: the autograd graph above the gradient-flow charts, full width, selections linked.
 
 Linking works through synced state on both sides, no custom messages:
 
@@ -29,7 +29,7 @@ __all__ = ["Dashboard"]
 
 
 class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
-    """Graph coloured by gradient norm (leaves without gradient marked) beside per-layer charts.
+    """Graph coloured by gradient norm (leaves without gradient marked) above per-layer charts.
 
     ``source`` is the loss (traced here), an :class:`AutogradGraph` or a :class:`GraphWidget`; run
     ``loss.backward()`` first: the statistics come from ``.grad`` (or ``grads``), which stay untouched.
@@ -76,9 +76,13 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
         self._syncing = False
         self.source.selected.on_change("indices", self._on_chart_select)
         self.graph.observe(self._on_graph_select, names="selected")
-        self.graph.layout = ipywidgets.Layout(width="45%", min_width="360px")
-        right = ipywidgets.VBox([self.charts, self.info], layout=ipywidgets.Layout(width="55%", overflow="auto"))
-        super().__init__([ipywidgets.HBox([self.graph, right])])
+        # Graph on top at the cell's full width, charts below it stretching to the same width: measured at
+        # 1000, 1400 and 1920 px, side by side left the graph (and its toolbar) under 450 px at 1400 px and
+        # the charts too narrow for their layer names; stacked, both get the whole width (issue 14).
+        self.graph.layout = ipywidgets.Layout(width="100%")
+        self.charts.layout = ipywidgets.Layout(width="100%")
+        self.info.layout = ipywidgets.Layout(width="100%")
+        super().__init__([self.graph, self.charts, self.info], layout=ipywidgets.Layout(width="100%"))
 
     # -- selection ----------------------------------------------------------------------------------
     def select(self, layer: str) -> None:

@@ -1,4 +1,5 @@
-"""The Dashboard and the monitor chart in a real JupyterLab: offline charts, and a tap on a bar reaching Python."""
+"""The Dashboard and the monitor chart in a real JupyterLab: offline charts, a tap on a bar reaching Python, and
+charts that fit the cell (1000 and 1920 px), never clip a title, and follow a live switch to the dark theme."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0
 for step in range(8):
     gpt2_loss(model, batch=2, seed=step).backward()
     monitor.step()
-    opt.step(); opt.zero_grad()
+    opt.step()
+    if step != 4:  # one forgotten zero_grad: step 6 adds onto step 5's gradient, flagged stale-grad
+        opt.zero_grad()
 print("RECORDS", len(monitor.steps))""",
     "print('SELECTED', repr(dash.graph.selected), dash.selected_layers)",
 ]
@@ -46,9 +49,10 @@ BAR_POINT_JS = """([fig, name]) => {
         if (!plot) continue;
         const view = window.Bokeh.index.find_one(plot);
         const data = plot.renderers[0].data_source.data;
-        const i = data.layer.indexOf(name);
+        const i = data.layer.indexOf(name);  // rows are named by their short label on the axis
         const x = Math.sqrt(data.left[i] * data.right[i]);  // the bar's middle on the log axis
-        const sx = view.frame.x_scale.compute(x), sy = view.frame.y_scale.compute(plot.y_range.synthetic(name));
+        const sx = view.frame.x_scale.compute(x);
+        const sy = view.frame.y_scale.compute(plot.y_range.synthetic(data.label[i]));
         const r = view.canvas_view.el.getBoundingClientRect();
         return [r.left + sx, r.top + sy];
     }
@@ -63,6 +67,56 @@ BOKEH_RENDERED_JS = """() => {
     return {roots: roots.length, withCanvas: roots.filter((r) => r.shadowRoot && canvases(r.shadowRoot) > 0).length,
             canvases: roots.reduce((n, r) => n + (r.shadowRoot ? canvases(r.shadowRoot) : 0), 0)};
 }"""
+
+
+# Per Bokeh figure in the page: its width, where it sits, its colours, and each title's text width (measured with
+# the title's own font in a canvas) against the room the canvas leaves it right of the frame's left edge.
+FIGURES_JS = """(names) => {
+    const out = {};
+    const ctx = document.createElement('canvas').getContext('2d');
+    for (const doc of window.Bokeh.documents) for (const name of names) {
+        const plot = doc.get_model_by_name(name);
+        const view = plot && window.Bokeh.index.find_one(plot);
+        if (!view) continue;
+        const r = view.el.getBoundingClientRect();
+        const titles = [plot.title, ...plot.above.filter((m) => 'text' in m && 'text_font_size' in m)];
+        const room = view.canvas_view.bbox.width - view.frame.bbox.left;
+        out[name] = {left: r.left, right: r.right, width: r.width, background: plot.border_fill_color,
+                     frame: plot.background_fill_color, title_color: plot.title.text_color,
+                     titles: titles.map((t) => {
+                         ctx.font = `${t.text_font_style} ${t.text_font_size} ${t.text_font}`;
+                         return {text: t.text, width: ctx.measureText(t.text).width, room};
+                     })};
+    }
+    return out;
+}"""
+FLAG_MARKS_JS = """() => {
+    for (const doc of window.Bokeh.documents) {
+        const marks = doc.get_model_by_name('flag_marks');
+        if (marks) return marks.data_source.data.step.map((s, i) => [s, marks.data_source.data.kind[i]]);
+    }
+    return null;
+}"""
+DASH_FIGURES = ["norm_bars", "histograms"]
+MONITOR_FIGURES = ["monitor_heatmap", "monitor_lines"]
+
+
+def _check_fit(nb: LabNotebook, cell: int, figures: dict[str, dict], names: list[str], viewport: int) -> str:
+    """Every figure inside the cell's output, wide enough, and no title clipped; returns a one-line report."""
+    out = nb.cell(cell).locator(".jp-OutputArea-output").last.bounding_box()  # the widget, after BokehJS' loader
+    assert out is not None
+    report = []
+    for name in names:
+        f = figures[name]
+        assert f["left"] >= out["x"] - 1 and f["right"] <= out["x"] + out["width"] + 1, (name, f, out)
+        for t in f["titles"]:
+            assert t["width"] <= t["room"], f"title {t['text']!r} of {name} clipped: {t['width']:.0f} > {t['room']}"
+        report.append(f"{name} {f['width']:.0f}/{out['width']:.0f} px ({f['width'] / out['width']:.0%})")
+    widest = max(figures[n]["width"] for n in names)
+    if viewport >= 1920:  # issue 14: the charts stayed 340 px wide in a 1800 px cell
+        assert widest >= 0.6 * out["width"], report
+    assert min(figures[n]["width"] for n in names) >= 300, report  # readable at 1000 px too
+    return ", ".join(report)
 
 
 @pytest.mark.browser
@@ -96,6 +150,9 @@ def test_dashboard_in_jupyterlab_offline_and_linked(tmp_path: object) -> None:
             nb.run_cell(1)
             assert "RECORDS 8" in nb.run_cell(2)
             nb.poll(lambda: page.evaluate(BOKEH_RENDERED_JS)["withCanvas"] >= 2, what="monitor chart drawn")
+            # the live chart got the stale step marked (the flag reached the page through BokehModel)
+            marked = nb.poll(lambda: page.evaluate(FLAG_MARKS_JS), timeout=20, what="flagged steps in the page")
+            assert {(6, "stale-grad")} <= {(s, k) for s, k in marked}, marked
             render_s = time.monotonic() - t0
             # a real click on the bar of the adapter in blocks.0 selects its module in the graph (via Python)
             nb.activate_cell(3)
@@ -110,9 +167,38 @@ def test_dashboard_in_jupyterlab_offline_and_linked(tmp_path: object) -> None:
             # the graph half of the dashboard (a GraphWidget rendered inside an ipywidgets Box) is drawn too
             nb.wait_in_output(0, ".gradviz-root .gradviz-canvas canvas")
             page.evaluate("async () => document.querySelector('.gradviz-root').__gradviz.idle()")
-            nb.cell(0).screenshot(path=str(shots / "dashboard.png"))
-            nb.cell(1).screenshot(path=str(shots / "monitor_chart.png"))
-            print(f"\nbokeh roots {rendered}, render {render_s:.1f} s, screenshots in {shots}")
+            # the graph takes the cell's width (it sat in a 45% column before)
+            graph_w = page.evaluate("() => document.querySelector('.gradviz-root').getBoundingClientRect().width")
+            out_w = nb.cell(0).locator(".jp-OutputArea-output").last.bounding_box()["width"]
+            assert graph_w >= 0.9 * out_w, (graph_w, out_w)
+            lines = [f"\nbokeh roots {rendered}, render {render_s:.1f} s, graph {graph_w:.0f}/{out_w:.0f} px"]
+            from gradviz_nb.widgets.chart_theme import THEMES
+
+            for theme, widths in (("light", (1000, 1920)), ("dark", (1920, 1000))):
+                if theme == "dark":  # a live switch, as a person does it from the Settings menu
+                    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
+                                  "{theme: 'JupyterLab Dark'})")
+                    nb.poll(lambda: page.evaluate("() => document.body.dataset.jpThemeLight") == "false",
+                            timeout=30, what="JupyterLab dark theme")
+                want = {"frame": THEMES[theme]["frame"], "background": THEMES[theme]["background"],
+                        "title_color": THEMES[theme]["text"]}
+                for width in widths:
+                    page.set_viewport_size({"width": width, "height": 1100})
+                    nb.poll(lambda want=want: len(f := page.evaluate(FIGURES_JS, DASH_FIGURES + MONITOR_FIGURES)) == 4
+                            and all({k: x[k] for k in want} == want for x in f.values()),
+                            timeout=20, what=f"charts restyled {theme}")
+                    # tall enough for the whole cell to be on screen (an element screenshot clips to the viewport)
+                    page.set_viewport_size({"width": width, "height": 2000})
+                    page.wait_for_timeout(400)  # let the resize settle into a repaint
+                    figs = page.evaluate(FIGURES_JS, DASH_FIGURES + MONITOR_FIGURES)
+                    lines.append(f"{theme} {width}: " + _check_fit(nb, 0, figs, DASH_FIGURES, width) + "; "
+                                 + _check_fit(nb, 1, figs, MONITOR_FIGURES, width))
+                    nb.cell(0).scroll_into_view_if_needed()
+                    nb.cell(0).screenshot(path=str(shots / f"dashboard_{theme}_{width}.png"))
+                    if width == 1000:
+                        nb.cell(1).scroll_into_view_if_needed()
+                        nb.cell(1).screenshot(path=str(shots / f"monitor_chart_{theme}.png"))
+            print("\n".join(lines) + f"\nscreenshots in {shots}")
             assert foreign == [], f"requests left the local server (CDN?): {foreign}"
             assert console.errors == [], console.errors
             browser.close()
