@@ -57,7 +57,7 @@ class TensorBoardLog:
                                f"got {type(writer_or_logdir).__name__}.")
         self.monitor = monitor
         self.histograms = histograms
-        self._written_steps: set[int] = set()
+        self._written: set[tuple[str, int, int]] = set()
         self._written_flags: set[tuple[int, str, str, str]] = set()
         self._hist_steps: set[int] = set()
         if live:
@@ -75,12 +75,12 @@ class TensorBoardLog:
         mon = self.monitor
         tables = {stat: mon.history(stat).tolist() for stat in SCALAR_STATS}
         for r, step in enumerate(mon.steps):
-            if step in self._written_steps:
-                continue
-            self._written_steps.add(step)
             for stat, rows in tables.items():
-                for layer, value in zip(mon.layers, rows[r], strict=True):
-                    if math.isfinite(value):
+                for c, (layer, value) in enumerate(zip(mon.layers, rows[r], strict=True)):
+                    # per point, not per record: a record's "update" is measured after the optimizer step,
+                    # so it arrives one write later than the record's norms
+                    if math.isfinite(value) and (stat, step, c) not in self._written:
+                        self._written.add((stat, step, c))
                         self.writer.add_scalar(f"gradviz/{stat}/{_tag(layer)}", value, global_step=step)
 
     def _write_flags(self) -> None:
@@ -134,7 +134,10 @@ class TensorBoardLog:
             bucket_limits=list(edges), bucket_counts=counts, global_step=step)
 
     def close(self) -> None:
-        """Flush; close the writer if this log made it (a writer you passed stays open)."""
+        """Write the last numbers (the last record's update ratio), flush; close the writer if this log made it
+        (a writer you passed stays open)."""
+        self._write_scalars()
+        self._write_flags()
         self.writer.flush()
         if self._owns:
             self.writer.close()
