@@ -42,7 +42,7 @@ def in_page(view: Any, script: str, arg: Any = None, width: int = 1200) -> Any:
     except ImportError as err:
         raise GradvizError(
             "image export renders the view in headless Chromium through Playwright: "
-            "`pip install playwright` and `apt-get install -y chromium` (or set GRADVIZ_CHROMIUM)."
+            "`pip install gradviz_nb[image]` and `apt-get install -y chromium` (or set GRADVIZ_CHROMIUM)."
         ) from err
     if not pathlib.Path(CHROMIUM).exists():
         raise GradvizError(

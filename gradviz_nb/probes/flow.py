@@ -141,7 +141,7 @@ class GradientFlow:
         try:
             import pandas as pd
         except ImportError as err:
-            raise GradvizError("to_pandas needs pandas: pip install pandas") from err
+            raise GradvizError("to_pandas needs pandas: pip install gradviz_nb[pandas]") from err
         rows: dict[str, Sequence[Any]] = {"params": self.params, "modules": self.modules, "layers": self.layers,
                                           "flags": self.flags}
         if which not in rows:

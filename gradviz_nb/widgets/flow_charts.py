@@ -36,6 +36,7 @@ from bokeh.models.glyphs import Line
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.flow import HIST_RANGE, GradientFlow, ModuleStats
 from gradviz_nb.widgets.chart_theme import THEMES, follow_page_theme
 
@@ -85,7 +86,10 @@ def load_bokehjs(force: bool = False) -> None:
 def as_widget(layout: LayoutDOM) -> Any:
     """``jupyter_bokeh.BokehModel`` of ``layout`` (loads BokehJS inline first), stretching to the cell's
     width and following JupyterLab's light/dark theme live."""
-    from jupyter_bokeh import BokehModel
+    try:
+        from jupyter_bokeh import BokehModel
+    except ImportError as err:
+        raise GradvizError("charts in a notebook need jupyter_bokeh: pip install gradviz_nb[charts]") from err
 
     load_bokehjs()
     doc = layout.document
