@@ -9,7 +9,10 @@ what its gradient would do to its own weights, and the network by how that chang
   100x of what the dtype can hold; or the layer's norm is ``peer`` x above every other layer's while
   its ratio exceeds 1.
 * **vanishing**: an SGD step even at learning rate 1 would change the weights by less than the dtype's
-  resolution (ratio below ``finfo.eps``: 1.2e-7 in float32, 7.8e-3 in bfloat16); or the ratio falls
+  resolution (ratio below ``finfo.eps``: 1.2e-7 in float32, 7.8e-3 in bfloat16) and, when the caller can
+  check it on the tensors (``moved``), such a step really changes fewer than 1% of the layer's values once
+  rounded to their dtype (a bfloat16 LayerNorm: its weights near 1.0 may not move, its biases near 0 do,
+  so the layer learns); or the ratio falls
   steadily with depth (Spearman rank correlation >= 0.9 over at least 6 layers) by more than
   ``trend`` x from the output layers to the input layers, and this layer sits more than ``trend`` x
   under the output layers; or the gradient is exactly zero.
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +36,7 @@ __all__ = ["LayerHealth", "Thresholds", "check_layers"]
 WEIGHT_FLOOR = 1e-3  # per element: the "own size" of a zero-initialised weight
 MIN_TREND_LAYERS = 6
 MIN_TREND_CORRELATION = 0.9
+MOVE_FLOOR = 0.01  # a layer an SGD step at lr 1 changes in at least this fraction of its values can learn
 
 
 @dataclass(frozen=True)
@@ -114,13 +118,20 @@ def _exploding(layer: LayerHealth, others_max: float, t: Thresholds) -> str:
     return ""
 
 
-def _below_resolution(layer: LayerHealth) -> str:
+def _below_resolution(layer: LayerHealth, moved: Callable[[str], float | None] | None) -> str:
     ratio = _ratio(layer)
     eps = _finfo(layer.dtype).eps
-    if ratio < eps:
+    if ratio >= eps:
+        return ""
+    # The ratio is a norm: some values (small weights, zero biases) may still move. Ask the tensors.
+    frac = moved(layer.path) if moved is not None else None
+    if frac is None:
         return (f"gradient/weight ratio {ratio:.3g}: an SGD step even at lr 1 would change these weights by less "
                 f"than {layer.dtype}'s resolution ({eps:.2g}), so they cannot learn")
-    return ""
+    if frac >= MOVE_FLOOR:
+        return ""
+    return (f"gradient/weight ratio {ratio:.3g} is under {layer.dtype}'s resolution ({eps:.2g}): an SGD step even at "
+            f"lr 1 would change {frac:.2%} of these values once rounded to {layer.dtype}, so they cannot learn")
 
 
 def _trend(layers: Sequence[LayerHealth], t: Thresholds) -> dict[str, str]:
@@ -146,8 +157,12 @@ def _trend(layers: Sequence[LayerHealth], t: Thresholds) -> dict[str, str]:
     return out
 
 
-def check_layers(layers: Sequence[LayerHealth], t: Thresholds, skip_vanishing: set[str]) -> list[LayerVerdict]:
-    """Vanishing / exploding verdicts for ``layers`` (depth order, inputs first; finite norms only)."""
+def check_layers(layers: Sequence[LayerHealth], t: Thresholds, skip_vanishing: set[str],
+                 moved: Callable[[str], float | None] | None = None) -> list[LayerVerdict]:
+    """Vanishing / exploding verdicts for ``layers`` (depth order, inputs first; finite norms only).
+
+    ``moved(path)``: the fraction of the layer's values one SGD step at lr 1 really changes in their dtype
+    (None: unknown); asked only for layers whose ratio is under their dtype's resolution."""
     out: list[LayerVerdict] = []
     norms = [m.norm for m in layers]
     trend = _trend([m for m in layers if m.path not in skip_vanishing], t)
@@ -162,7 +177,7 @@ def check_layers(layers: Sequence[LayerHealth], t: Thresholds, skip_vanishing: s
         if m.norm == 0:
             why = "gradient is exactly zero (underflow, a dead activation or a zero multiplier on the path)"
         else:
-            why = _below_resolution(m) or trend.get(m.path, "")
+            why = _below_resolution(m, moved) or trend.get(m.path, "")
             if not why and t.abs_vanishing is not None and m.norm < t.abs_vanishing:
                 why = f"gradient norm {m.norm:.3g} is below the absolute limit {t.abs_vanishing:g}"
         if why:

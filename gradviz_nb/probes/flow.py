@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.layer_health import LayerHealth, Thresholds, check_layers
+from gradviz_nb.analysis.layer_health import WEIGHT_FLOOR, LayerHealth, Thresholds, check_layers
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.grad_scale import pending_scale
+from gradviz_nb.probes.grad_scale import live_scaler, pending_scale
 from gradviz_nb.probes.no_grad import adapter_switch_reasons, no_grad_reason
 from gradviz_nb.probes.optimizer_check import optimizer_flags
 from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
+from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing import AutogradGraph, Capture
@@ -185,10 +186,11 @@ class GradientFlow:
 
 
 def _named_params(model: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
-    """Each distinct parameter once, with every name it has (tied weights have several)."""
+    """Each distinct parameter once, with every name it has (tied weights have several). Names are the
+    model's own: ``torch.compile``'s ``_orig_mod`` wrapper (whole model or a submodule) is left out."""
     seen: dict[int, tuple[list[str], nn.Parameter]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        seen.setdefault(id(p), ([], p))[0].append(name)
+    for name, p in unwrap_compiled(model).named_parameters(remove_duplicate=False):
+        seen.setdefault(id(p), ([], p))[0].append(real_name(name))
     return list(seen.values())
 
 
@@ -273,7 +275,7 @@ def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | Non
     """Per-parameter statistics of ``.grad`` (or of ``grads``, by parameter name), in model order, with
     ``scale`` (a factor the gradients still carry) divided out."""
     named = _named_params(model)
-    given = dict(grads) if grads is not None else None
+    given = {real_name(k): v for k, v in grads.items()} if grads is not None else None
     if given is not None:
         unknown = set(given) - {n for names, _ in named for n in names}
         if unknown:
@@ -309,7 +311,9 @@ def param_stats(model: nn.Module, grads: Mapping[str, torch.Tensor | None] | Non
 
 def module_stats(model: nn.Module, params: Sequence[ParamStats]) -> list[ModuleStats]:
     """Aggregate ``params`` over every module path that holds at least one of them, in model order."""
-    types = {path: type(m).__name__ for path, m in model.named_modules(remove_duplicate=False)}
+    # Real paths: a compiled submodule's wrapper and the module it wraps share one; the wrapped one (later) wins.
+    types = {real_name(path): type(m).__name__
+             for path, m in unwrap_compiled(model).named_modules(remove_duplicate=False)}
     members: dict[str, list[ParamStats]] = {}
     for p in params:
         for name in p.names:  # a tied weight counts in each module that holds it
@@ -375,11 +379,44 @@ def _depth_order(layers: list[ModuleStats], graph: AutogradGraph | None,
     return sorted(layers, key=lambda m: (first.get(m.path, math.inf), index[m.path]))
 
 
-def _check_layers(layers: list[ModuleStats], t: Thresholds, skip: set[str]) -> list[Flag]:
+def _check_layers(layers: list[ModuleStats], t: Thresholds, skip: set[str],
+                  moved: Callable[[str], float | None] | None = None) -> list[Flag]:
     """Vanishing / exploding layers (``layers`` in depth order); ``skip``: adapter layers for vanishing."""
     health = [LayerHealth(m.path, m.norm, m.max_abs, m.weight_norm, m.numel, m.dtype) for m in layers
               if m.n_with_grad and math.isfinite(m.norm)]
-    return [Flag(v.kind, v.path, v.reason) for v in check_layers(health, t, skip)]
+    return [Flag(v.kind, v.path, v.reason) for v in check_layers(health, t, skip, moved)]
+
+
+def _moved_by_sgd(model: nn.Module, params: list[ParamStats], grads: Mapping[str, torch.Tensor | None] | None,
+                  scale: float) -> Callable[[str], float | None]:
+    """``moved(layer)``: the fraction of the layer's values that one SGD step at lr 1 (``w - g``, rounded once to
+    the parameter's dtype, as ``optimizer.step`` does) really changes. Asked only for layers whose gradient/weight
+    ratio is under their dtype's resolution, so it costs nothing on a healthy model. None when it cannot be
+    told here (sparse or ``DTensor`` gradients)."""
+    tensors = {real_name(n): p for n, p in unwrap_compiled(model).named_parameters(remove_duplicate=False)}
+    given = {real_name(k): v for k, v in grads.items()} if grads is not None else None
+
+    def moved(path: str) -> float | None:
+        changed = total = 0
+        for ps in params:
+            if ps.module != path or not ps.has_grad:
+                continue
+            w = tensors[ps.name]
+            g = w.grad if given is None else next((given[n] for n in ps.names if given.get(n) is not None), None)
+            if g is None or g.is_sparse or is_dtensor(w) or is_dtensor(g):
+                return None
+            wide = torch.promote_types(w.dtype, torch.float32)  # compute once wide, round once, like opmath
+            with torch.no_grad():
+                # A zero-initialised value (a bias, LoRA's B) moves for any gradient at all; judge it at
+                # WEIGHT_FLOOR, the "own size" the ratio rule gives it, so 0 -> 1e-30 is not learning.
+                v = w.detach()
+                v = torch.where(v.abs() < WEIGHT_FLOOR, torch.full_like(v, WEIGHT_FLOOR), v)
+                stepped = (v.to(wide) - g.detach().to(wide) / scale).to(w.dtype)
+                changed += int((stepped != v).sum())
+            total += w.numel()
+        return changed / total if total else None
+
+    return moved
 
 
 def adapter_groups(names: Iterable[str], patterns: Sequence[str]) -> dict[str, list[str]]:
@@ -425,8 +462,10 @@ def check_flags(
     adapter_patterns: Sequence[str],
     graph: AutogradGraph | None = None,
     capture: Capture | None = None,
+    moved: Callable[[str], float | None] | None = None,
 ) -> list[Flag]:
-    """Every flag but ``stale-grad`` (which needs the previous step: :class:`gv.GradientMonitor`)."""
+    """Every flag but ``stale-grad`` (which needs the previous step: :class:`gv.GradientMonitor`).
+    ``moved``: see :func:`gradviz_nb.analysis.layer_health.check_layers`."""
     flags: list[Flag] = []
     reasons: dict[str, str] = {}
     any_grad = any(p.has_grad for p in params)
@@ -440,8 +479,53 @@ def check_flags(
     adapters = {n for names in adapter_groups([p.name for p in params], adapter_patterns).values() for n in names}
     adapter_layers = {p.module for p in params if p.name in adapters and not any(
         q.module == p.module and q.name not in adapters for q in params)}
-    flags += _check_layers(_depth_order(layers, graph, params), thresholds, adapter_layers)
+    flags += _check_layers(_depth_order(layers, graph, params), thresholds, adapter_layers, moved)
     flags += _check_adapters(params, adapter_patterns, reasons, adapter_switch_reasons(model))
+    return flags
+
+
+def _layer_kinds(model: nn.Module, params: list[ParamStats], t: Thresholds, factor: float,
+                 graph: AutogradGraph | None) -> dict[str, str]:
+    """Layer path -> "vanishing" / "exploding" with every gradient statistic multiplied by ``factor``."""
+    scaled = [replace(p, norm=p.norm * factor, max_abs=p.max_abs * factor, mean=p.mean * factor,
+                      ratio=p.ratio * factor) for p in params]
+    owners = {p.module for p in scaled}
+    layers = [m for m in module_stats(model, scaled) if m.path in owners]
+    return {f.target: f.kind for f in _check_layers(_depth_order(layers, graph, scaled), t, set())}
+
+
+def scale_hints(flags: list[Flag], model: nn.Module, params: list[ParamStats], t: Thresholds, scaler: Any | None,
+                scale: float, graph: AutogradGraph | None = None) -> list[Flag]:
+    """Say so when a GradScaler explains a verdict, instead of a bare "exploding" or "vanishing".
+
+    Without ``scaler=``: exploding layers while a live, enabled ``torch.amp.GradScaler`` still holds an
+    un-unscaled scale ``s`` get a hint naming ``s``, and whether dividing by it clears them. With ``scaler=``:
+    vanishing layers that only vanish because the statistics were divided by the scale get a hint that the
+    gradients may already be unscaled (``scaler.step()`` unscales them, and after ``update()`` the scaler can no
+    longer tell)."""
+    exploding = [f for f in flags if f.kind == "exploding"]
+    if scaler is None and exploding:
+        found = live_scaler()
+        if found is None:
+            return flags
+        s = pending_scale(found)
+        still = _layer_kinds(model, params, t, 1 / s, graph)
+        hint = (f"; these gradients look scaled by a GradScaler: one is alive with scale {s:g} and has not unscaled "
+                "them yet (scaler.scale(loss).backward() multiplies every gradient by it)")
+        return [replace(f, reason=f.reason + hint + (
+            ", and divided by it this layer " + ("still explodes" if still.get(f.target) == "exploding" else
+                                                 "does not explode")
+            + ". Pass gradient_flow(..., scaler=scaler) or call scaler.unscale_(optimizer) first")) if f in exploding
+            else f for f in flags]
+    vanishing = [f for f in flags if f.kind == "vanishing"]
+    if scaler is not None and scale != 1.0 and vanishing:
+        raw = _layer_kinds(model, params, t, scale, graph)
+        hint = (f"; only after dividing by the GradScaler's scale {scale:g} (scaler=): if scaler.step() or "
+                "scaler.unscale_() already ran on these gradients they are unscaled (after update() the scaler "
+                "cannot tell), and undivided this layer does not vanish. Read the flow between backward and "
+                "scaler.step()")
+        return [replace(f, reason=f.reason + hint) if f in vanishing and raw.get(f.target) != "vanishing" else f
+                for f in flags]
     return flags
 
 
@@ -493,13 +577,16 @@ def gradient_flow(
     """
     if not isinstance(model, nn.Module):
         raise GradvizError(f"gradient_flow expects an nn.Module, got {type(model).__name__}.")
+    model = unwrap_compiled(model)  # torch.compile(model): the same parameters under their own names
     thresholds = Thresholds(lr, peer, trend, abs_vanishing, abs_exploding)
     scale = pending_scale(scaler)
     params = param_stats(model, grads, scale)
     modules = module_stats(model, params)
     owners = {p.module for p in params}
     layers = [m for m in modules if m.path in owners]
-    flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture)
+    moved = _moved_by_sgd(model, params, grads, scale)
+    flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture, moved)
+    flags = scale_hints(flags, model, params, thresholds, scaler, scale, graph)
     if optimizer is not None:
         tensors = {real_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
         flags += [Flag(*finding) for finding in optimizer_flags(params, tensors, optimizer)]

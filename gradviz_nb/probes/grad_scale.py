@@ -7,11 +7,12 @@ read in between are that many times too big: a healthy model would look like it 
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from gradviz_nb.errors import GradvizError
 
-__all__ = ["pending_scale"]
+__all__ = ["live_scaler", "pending_scale"]
 
 
 def pending_scale(scaler: Any | None) -> float:
@@ -29,3 +30,22 @@ def pending_scale(scaler: Any | None) -> float:
     if any(s.get("stage") is OptState.UNSCALED for s in states.values()):
         return 1.0
     return float(scaler.get_scale())
+
+
+def live_scaler() -> Any | None:
+    """A live, enabled ``torch.amp.GradScaler`` whose scale ``.grad`` may still carry (:func:`pending_scale` > 1),
+    else None; the one with the largest pending scale if several are.
+
+    Found by scanning the garbage collector's objects (about 0.1 s per 300,000 objects): only for explaining an
+    alarm (a layer looks like it explodes and no ``scaler=`` was given), never on a healthy path.
+    """
+    from torch.amp import GradScaler
+
+    best: tuple[float, Any] | None = None
+    for obj in gc.get_objects():
+        # type(), not isinstance(): isinstance reads __class__, which raises on a dead weakref.proxy
+        if issubclass(type(obj), GradScaler):
+            scale = pending_scale(obj) if obj._scale is not None else 1.0  # never used: nothing scaled yet
+            if scale > 1 and (best is None or scale > best[0]):
+                best = (scale, obj)
+    return best[1] if best is not None else None

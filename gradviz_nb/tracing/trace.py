@@ -12,6 +12,7 @@ from torch import nn
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.capture import Attribution, Capture, ModuleCall, watched
+from gradviz_nb.tracing.compiled import annotate_compiled, real_name, unwrap_compiled
 from gradviz_nb.tracing.distributed import annotate_distributed
 from gradviz_nb.tracing.ghosts import SMALL_VALUE, Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
@@ -22,10 +23,6 @@ NO_CAPTURE_NOTE = (
     "`with gv.capture(model) as cap:` and pass `capture=cap`, or call `gv.watch(model)` before the forward."
 )
 OPAQUE_CHECKPOINT = "CheckpointFunctionBackward"
-COMPILED_NOTE = (
-    "This graph comes from torch.compile: each compiled region is one opaque node "
-    "(CompiledFunctionBackward). Trace the eager (uncompiled) model to see its operations."
-)
 
 
 def trace(
@@ -69,6 +66,7 @@ def _trace(
     want_nodes: bool,
 ) -> tuple[AutogradGraph, dict[Any, str]]:
     tensors = _check_roots(roots, model)
+    model = unwrap_compiled(model)  # torch.compile's wrapper: name by the model's own names
     captures = [capture] if capture is not None else watched()
     if model is None and capture is None:
         model = next((c.model for c in captures), None)
@@ -104,9 +102,8 @@ def _trace(
     # A capture without a model (a teaching example) asked for values, not boxes: no note then.
     modelless = capture is not None and capture.model is None
     notes = [] if graph.graph["captured"] or modelless else [_no_boxes_note(captures)]
-    if any(r.op == "CompiledFunctionBackward" for r in raw):
-        notes.append(COMPILED_NOTE)
     graph.graph["notes"] = notes
+    annotate_compiled(graph)  # torch.compile regions: label, and a note on what they hide
     annotate_distributed(graph, model)  # FSDP2 / DDP / DTensor nodes: label, note, where collectives run
     return AutogradGraph(graph), nodes
 
@@ -233,7 +230,7 @@ def _leaf_names(
     by_tensor: dict[int, list[str]] = {}
     if model is not None:
         for name, p in model.named_parameters(remove_duplicate=False):
-            by_tensor.setdefault(id(p), []).append(name)
+            by_tensor.setdefault(id(p), []).append(real_name(name))  # no compiled submodule's "_orig_mod."
     for name, t in (names or {}).items():
         by_tensor.setdefault(id(t), []).append(name)
     if model is not None and any(r.leaf is not None and hasattr(r.leaf, "_fqns") for r in raw):
@@ -484,11 +481,15 @@ def _module_tree(model: nn.Module | None) -> dict[str, dict[str, Any]]:
     if model is None:
         return {}
     # Direct `_parameters` reads: named_parameters() per module costs a generator walk each.
-    return {
+    tree = {
         path: {"type": type(m).__name__, "parameters": [f"{path}.{n}" if path else n
                                                          for n, p in m._parameters.items() if p is not None]}
         for path, m in model.named_modules()
     }
+    if any("_orig_mod" in path for path in tree):  # a compiled submodule: its wrapper gives way to the module
+        tree = {real_name(path): {**v, "parameters": [real_name(n) for n in v["parameters"]]}
+                for path, v in tree.items()}
+    return tree
 
 
 def _no_boxes_note(captures: list[Capture]) -> str:

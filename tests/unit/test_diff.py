@@ -276,10 +276,12 @@ def test_torch_compile_orig_mod_is_matched() -> None:
             after = _mlp_graph(compiled)  # type: ignore[arg-type]
     finally:
         torch._dynamo.reset()
-    assert set(after.leaves()) == {f"_orig_mod.{n}" for n in before.leaves()}
+    assert set(after.leaves()) == set(before.leaves())  # trace names leaves without torch.compile's _orig_mod.
     d = gv.diff(before, after)
-    _assert_all_same(d)
-    assert "_orig_mod ignored" in d.summary()
+    assert not (d.added_leaves or d.removed_leaves or d.gained or d.lost)
+    # Dynamo traces capture's module hooks away (they must not split a compiled graph): the same ops, at top level.
+    assert sorted(after.nx.nodes[n]["op"] for n in d.added) == sorted(before.nx.nodes[n]["op"] for n in d.removed)
+    assert {after.nx.nodes[n]["module"] for n in d.added} == {""}
 
 
 def test_a_prefix_is_not_invented_for_nested_same_names() -> None:
