@@ -4,12 +4,13 @@ scripts/setup.sh does, so the local CPU wheel is used and no CUDA build is pulle
 ``gv.GraphWidget(loss)`` is built and exported to a page, which headless Chromium (from the dev venv, where
 Playwright lives) opens to check the canvas draws the graph's labels.
 
-Slow by nature (a venv plus torch: about a minute, more on a loaded machine), so the venv is made once per
-session and the tests are marked ``wheel``: ``pytest -m "not wheel"`` leaves them out.
+Slow by nature (a venv plus torch: about 55 s of CPU, 1-3 min of wall time on two shared cores), so the
+venv is made once per session and the tests are marked ``wheel``: ``pytest -m "not wheel"`` leaves them out.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -134,7 +135,7 @@ def test_clean_venv_holds_the_runtime_dependencies_only(clean_venv: Path) -> Non
 # Runs inside the clean venv (``python -I``: no dev paths, no user site): every module imports, a tiny
 # model's loss becomes a GraphWidget and an exported page; prints what the test checks, as JSON.
 CLEAN_SCRIPT = r"""
-import importlib, json, pkgutil, sys
+import hashlib, importlib, json, pkgutil, sys
 from pathlib import Path
 
 import torch
@@ -159,7 +160,7 @@ out["mime"] = sorted(data)
 out["model_id"] = data.get("application/vnd.jupyter.widget-view+json", {}).get("model_id")
 esm = widget._esm
 out["esm_is_installed_bundle"] = esm == (Path(gv.__file__).parent / "static" / "widget.js").read_text()
-out["esm_chars"] = len(esm)
+out["esm_sha256"] = hashlib.sha256(esm.encode()).hexdigest()
 out["labels"] = {n: d["label"] for n, d in widget.graph.nx.nodes(data=True)}
 out["html"] = str(gv.export_html(widget, sys.argv[1], title="from the clean venv"))
 # The charts too: Bokeh reaches the notebook through jupyter_bokeh (a runtime dependency).
@@ -179,13 +180,14 @@ def clean_run(clean_venv: Path) -> dict[str, Any]:
     return result
 
 
-def test_graph_widget_builds_in_the_clean_venv(clean_venv: Path, clean_run: dict[str, Any]) -> None:
+def test_graph_widget_builds_in_the_clean_venv(wheel: Path, clean_venv: Path, clean_run: dict[str, Any]) -> None:
     venv = clean_venv.parents[1]
     assert Path(clean_run["gv_file"]).is_relative_to(venv), clean_run["gv_file"]  # the wheel, not this checkout
     assert clean_run["import_errors"] == {}
     assert WIDGET_MIME in clean_run["mime"] and clean_run["model_id"]
     assert clean_run["esm_is_installed_bundle"]
-    assert clean_run["esm_chars"] == len(BUNDLE.read_text())  # and it is this checkout's bundle
+    with zipfile.ZipFile(wheel) as zf:  # the wheel's bundle (checked against this checkout's above)
+        assert clean_run["esm_sha256"] == hashlib.sha256(zf.read("gradviz_nb/static/widget.js")).hexdigest()
     assert clean_run["dashboard"] == "Dashboard"
     labels = set(clean_run["labels"].values())
     assert {"Addmm", "Tanh", "Pow", "Mean", "output"} <= labels, labels
@@ -203,7 +205,14 @@ def test_page_from_the_clean_venv_draws_the_graph(browser: Any, clean_run: dict[
     page.wait_for_function("() => window.gradvizReady !== undefined", timeout=60_000)
     page.evaluate("() => window.gradvizReady")
     hook = "document.querySelector('.gradviz-root').__gradviz"
-    # Every graph node is on the canvas under its label, inside the canvas.
+    # The whole graph in view (the page may open at a readable zoom showing only the top), then every graph
+    # node is on the canvas under its label, inside the canvas.
+    page.evaluate(
+        f"""() => new Promise((resolve) => {{
+          {hook}.cy.fit(undefined, 10);
+          requestAnimationFrame(() => requestAnimationFrame(resolve));
+        }})"""
+    )
     drawn = page.evaluate(
         f"""() => {{
           const cy = {hook}.cy;
