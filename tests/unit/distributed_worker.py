@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora
+from gradviz_nb.tracing.schema import schema_problems
 
 RANK = 0
 WORLD = 1
@@ -91,6 +92,7 @@ def check_engine(engine: str, mesh: Any) -> dict[str, Any]:
     out["notes"] = graph.notes
     out["special"] = sorted({(d["op"], d["label"], d.get("note", ""), d.get("distributed", ""))
                              for _, d in g.nodes(data=True) if d.get("distributed")})
+    out["schema_problems"] = schema_problems(g)
     out["unlabelled_ops"] = sorted({d["op"] for _, d in g.nodes(data=True) if d["kind"] == "op"
                                     and not d["op"].endswith(("Backward0", "Backward1")) and not d.get("note")})
 
@@ -215,6 +217,7 @@ def check_dtensor_memory(mesh: Any) -> dict[str, Any]:
     x = distribute_tensor(torch.randn(64, 32), mesh, [Shard(0)])
     loss = ((w1 * w2).sum() + (w1 * x).sum()).full_tensor()  # saves w2 and w1 (first mul), x (second)
     graph = gv.trace(loss, names={"w1": w1, "w2": w2})
+    problems = schema_problems(graph.nx)
     saved = [s for _, d in graph.nx.nodes(data=True) for s in d.get("saved", []) if s.get("sharded")]
     mem = gv.memory_held(graph)
     return {
@@ -224,6 +227,7 @@ def check_dtensor_memory(mesh: Any) -> dict[str, Any]:
         "parameters": mem.parameters,
         "activations": mem.activations,
         "special": sorted({(d["op"], d["label"]) for _, d in graph.nx.nodes(data=True) if d.get("distributed")}),
+        "schema_problems": problems,
     }
 
 

@@ -54,6 +54,7 @@ def test_every_tool_works_under_the_engine(ranks: list[dict[str, Any]], engine: 
         assert [s[:2] for s in r["special"]] == [[op, label]]
         assert r["payload_labels"] == [label]
         assert "reduce-scatter" in r["special"][0][2] if engine == "fsdp2" else "all-reduce" in r["special"][0][2]
+        assert r["schema_problems"] == []  # label / note / distributed are declared data-model keys
         assert r["unlabelled_ops"] == []  # no mystery op (every op is an ATen backward or a named one)
         assert r["notes"] == r["payload_notes"] and any(("FSDP2" if engine == "fsdp2" else "Distributed")
                                                         in n for n in r["notes"])
@@ -110,6 +111,7 @@ def test_dtensor_saved_tensors_count_local_shards(ranks: list[dict[str, Any]]) -
         assert r["parameters"] == 2 * local
         assert local <= r["activations"] < 2 * local  # x's shard (plus the 4-byte scalar sums)
         assert [op for op, _ in r["special"]] == ["RedistributeBackward", "_ToTorchTensorBackward"]
+        assert r["schema_problems"] == []
 
 
 def test_replica_mismatch_names_the_rank_and_both_norms(ranks: list[dict[str, Any]]) -> None:
