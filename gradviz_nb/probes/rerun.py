@@ -23,6 +23,15 @@ from gradviz_nb.tracing import AutogradGraph, capture, trace
 
 OpTensor = tuple[int, int]  # (k-th Python-level torch call, j-th tensor output)
 
+# Why a toggle could not be applied in the re-run (shown in the page's verification banner).
+FUSED = ("it is made inside a fused op (no Python-level torch call returns it, e.g. the transpose inside "
+         "F.linear), so a re-run cannot detach it")
+CHECKPOINTED = ("it is made inside a checkpointed block, and backward recomputes the block without the "
+                "detach")
+NOT_REACHED = "its torch call did not happen in the re-run (does fn take another branch?)"
+UNREACHABLE = ("it is neither a parameter of the model nor a tensor passed in names=, so the re-run cannot "
+               "reach it (pass it in names={...})")
+
 
 def _in_checkpoint() -> bool:
     """Inside a non-reentrant checkpoint region (its saved-tensor hooks are on top)?
@@ -78,6 +87,10 @@ class OpNumbering(TorchFunctionMode):
         return type(out)(seq) if isinstance(out, tuple) and not hasattr(out, "_fields") else seq
 
 
+def _shape(shape: object) -> str:
+    return f" (shape {list(shape)})" if isinstance(shape, (list, tuple)) else ""
+
+
 @contextmanager
 def restored(model: nn.Module | None, tensors: Iterable[torch.Tensor]) -> Iterator[None]:
     """Put back ``requires_grad``, the very ``.grad`` objects and every module's training mode."""
@@ -119,11 +132,10 @@ class Rerunnable:
                     loss = self._call()
             self.graph: AutogradGraph = trace(loss, model=model, capture=cap, names=names)
         node_of_seq = {d["seq"]: n for n, d in self.graph.nx.nodes(data=True) if d["kind"] == "op"}
-        self.op_tensor = {
-            (node_of_seq[s], out): kj
-            for (s, out), kj in numbering.produced.items()
-            if s in node_of_seq and kj[0] not in numbering.checkpointed
-        }
+        produced = {(node_of_seq[s], out): kj for (s, out), kj in numbering.produced.items() if s in node_of_seq}
+        self.op_tensor = {t: kj for t, kj in produced.items() if kj[0] not in numbering.checkpointed}
+        # Made by a Python-level call, but inside a checkpointed region: cannot be detached (see above).
+        self.checkpointed = {t for t, kj in produced.items() if kj[0] in numbering.checkpointed}
 
     def _call(self) -> torch.Tensor:
         loss = self.fn()
@@ -132,13 +144,27 @@ class Rerunnable:
         return loss
 
     def verify(self, detach: Iterable[object] = (), freeze: Iterable[str] = ()) -> dict[str, Any]:
-        """Re-run forward and backward with the toggles; compare ``.grad is None`` with the prediction."""
+        """Re-run forward and backward with the toggles; compare ``.grad is None`` with the prediction.
+
+        Returns a ``Verification`` (``gradviz_nb/widgets/page/contract.py``): ``predicted_lost`` (leaves
+        the toggles cut off, as the page's headline says), ``checked_lost`` (the prediction for the
+        toggles the re-run could apply, over the leaves whose ``.grad`` it can read), ``actual_lost``,
+        ``agree`` (checked prediction == PyTorch), ``complete`` (every toggle replayed and every leaf
+        read: only then is the whole prediction verified) and ``unverifiable`` (what was not checked and
+        why, by module, op and tensor names). Only *whether* each leaf gets a gradient is checked.
+        """
         wanted = self.graph.what_if(detach, freeze)
         cut = [t for t in wanted.cut if t in self.op_tensor]
         leaf_tensor = {n: self.tensors.get(self.graph.nx.nodes[n]["names"][0]) for n in self._named_leaves()}
         frozen = [leaf for leaf in wanted.frozen if leaf_tensor.get(leaf) is not None]
-        unverifiable = [f"{n}:{out}" for n, out in wanted.cut if (n, out) not in self.op_tensor]
-        unverifiable += [leaf for leaf in wanted.frozen if leaf not in frozen]
+        unverifiable = [self._why_not_replayed(t) for t in wanted.cut if t not in self.op_tensor]
+        unverifiable += [f"freezing {self._leaf(leaf)} was not replayed: {UNREACHABLE}"
+                         for leaf in wanted.frozen if leaf not in frozen]
+        unread = [n for n in self.graph.nodes_of("leaf") if leaf_tensor.get(n) is None]
+        if unread:
+            shown = ", ".join(self._leaf(n) for n in unread[:4]) + (", …" if len(unread) > 4 else "")
+            unverifiable.append(f"whether {shown} {'gets' if len(unread) == 1 else 'get'} a gradient was not "
+                                f"checked: {UNREACHABLE}")
         predicted = self.graph.what_if(cut, frozen)
         lost_ids = set(predicted.lost_ids)
         with restored(self.model, self.tensors.values()):
@@ -154,19 +180,41 @@ class Rerunnable:
             if loss.requires_grad:
                 loss.backward()  # type: ignore[no-untyped-call]
             actual = {n for n, t in leaf_tensor.items() if t is not None and t.grad is None}
-        missed = {self.op_tensor[t] for t in cut} - numbering.applied
-        if missed:
-            unverifiable.append(f"{len(missed)} detach(es) not reached in the re-run (does fn branch?)")
+        missed = [t for t in cut if self.op_tensor[t] not in numbering.applied]
+        unverifiable += [f"{self._tensor(t)} was not replayed: {NOT_REACHED}" for t in missed]
         names = self.graph.nx.nodes
-        predicted_lost = sorted(names[n]["names"][0] for n in lost_ids if n in leaf_tensor)
+        checked_lost = sorted(names[n]["names"][0] for n in lost_ids if leaf_tensor.get(n) is not None)
         actual_lost = sorted(names[n]["names"][0] for n in actual)
         return {
-            "predicted_lost": predicted_lost,
+            "predicted_lost": sorted(wanted.lost),
+            "checked_lost": checked_lost,
             "actual_lost": actual_lost,
-            "agree": predicted_lost == actual_lost and not missed,
+            "agree": checked_lost == actual_lost and not missed,
+            "complete": not unverifiable,
             "unverifiable": unverifiable,
             "error": "",
         }
+
+    def _why_not_replayed(self, t: tuple[str, int]) -> str:
+        why = CHECKPOINTED if t in self.checkpointed else FUSED
+        return f"{self._tensor(t)} was not replayed: {why}"
+
+    def _tensor(self, t: tuple[str, int]) -> str:
+        """A detached tensor by the user's names: "the detach of the ViewBackward0 output in blocks.1.attn
+        (Attention)"; never the internal node id."""
+        node, out = t
+        d = self.graph.nx.nodes[node]
+        outputs = {o for _, _, slots in self.graph.nx.out_edges(node, data="slots") for o, _ in slots}
+        nth = f" #{out}" if len(outputs) > 1 or out else ""
+        call = d.get("call", "")
+        types = {c["id"]: c["type"] for c in self.graph.calls}
+        where = f"in {call} ({types[call]})" if call in types else "at the top level"
+        return f"the detach of the {d['op'] or d['label']} output{nth} {where}"
+
+    def _leaf(self, leaf: str) -> str:
+        d = self.graph.nx.nodes[leaf]
+        names: list[str] = d.get("names") or []
+        return names[0] if names else f"the unnamed leaf '{d['label']}'{_shape(d.get('shape'))}"
 
     def _named_leaves(self) -> list[str]:
         return [n for n, d in self.graph.nx.nodes(data=True) if d["kind"] == "leaf" and d["names"]]

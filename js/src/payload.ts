@@ -210,11 +210,19 @@ export interface WhatIfAnswer {
 export interface Verification {
   /** The toggles this verification ran with (it is stale if they changed since). */
   toggles: Toggles;
-  /** Leaf names predicted to lose gradient, and those whose .grad really was None. */
+  /** Leaf names predicted to lose gradient with every toggle (the headline's prediction). */
   predicted_lost: string[];
+  /** The prediction for the toggles the re-run could apply, over the leaves it can read: what
+   *  `actual_lost` is compared with (absent in older results: the same as `predicted_lost`). */
+  checked_lost?: string[];
+  /** Leaf names whose .grad really was None after the re-run. */
   actual_lost: string[];
+  /** `checked_lost` equals `actual_lost` (and every replayed detach was reached). */
   agree: boolean;
-  /** Toggles that could not be applied in the re-run (e.g. a tensor internal to a fused op). */
+  /** Every toggle was replayed and every leaf read: the whole prediction was checked. */
+  complete?: boolean;
+  /** What was not checked, and why, in the user's names (one sentence each: e.g. a detach of a
+   *  tensor made inside a fused op, a leaf the re-run cannot reach). */
   unverifiable: string[];
   error: string;
 }

@@ -299,3 +299,62 @@ def test_gpt2_124m_toggle_restyles_without_layout(browser: Any, tmp_path: Path) 
         + " ms"
     )
     assert p.errors == []
+
+
+def partial_verification() -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """A real from_fn widget (Linear -> Tanh -> Linear): detach tanh's output (replayable) and the
+    transpose inside the second F.linear (no Python-level call: not replayable); then tanh's only."""
+    import torch
+    from torch import nn
+
+    import gradviz_nb as gv
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(5, 3)
+    w = gv.GraphWidget.from_fn(lambda: model(x).pow(2).mean(), model=model)
+    g = w.graph.nx
+    transpose = next(n for n, d in g.nodes(data=True) if d["op"] == "TBackward0" and d["call"] == "2")
+    tanh = next(n for n, d in g.nodes(data=True) if d["op"] == "TanhBackward0")
+    w.toggles = {"detach": [f"{tanh}:0", f"{transpose}:0"], "freeze": []}
+    w.verify()
+    partial = w.page_state()
+    w.toggles = {"detach": [f"{tanh}:0"], "freeze": []}
+    w.verify()
+    return w, dict(partial), dict(w.page_state())
+
+
+def test_partial_verification_is_amber_and_names_what_was_not_replayed(browser: Any, tmp_path: Path) -> None:
+    # Issue 14: the banner was green ("1 leaf loses gradient, as predicted") while the headline predicted 2,
+    # and named the cut it could not replay "n2:0".
+    _, partial, full = partial_verification()
+    state = {k: partial[k] for k in ("graph_data", "toggles", "verified", "can_verify")}
+    p = Page(browser, tmp_path, state["graph_data"], **{k: v for k, v in state.items() if k != "graph_data"})
+    p.js("() => gv.hook.setWhatIfMode(true)")
+    banner = p.page.locator("[data-testid=gradviz-verified]")
+    assert banner.is_visible()
+    cls = banner.get_attribute("class") or ""
+    assert "gradviz-verified-partial" in cls and "gradviz-verified-ok" not in cls, cls
+    text = banner.inner_text()
+    assert p.summary().startswith("3 of 4 leaves lose gradient"), p.summary()  # the headline's prediction
+    assert "Partly verified" in text and "0.bias, 0.weight lose gradient, as predicted (2 of 3" in text, text
+    assert "Not checked: 2.weight (predicted to lose gradient), because:" in text, text
+    assert "the detach of the TBackward0 output in 2 (Linear) was not replayed" in text and "fused op" in text
+    assert "which leaves get a gradient, not the gradients' values" in text
+    ids = [n["id"] for n in state["graph_data"]["nodes"]]
+    assert not any(f"{i}:" in text for i in ids), text  # no internal node id such as "n2:0"
+    # Amber, distinct from green and red: a warm translucent fill and an amber bar on the left.
+    bg = p.js("() => getComputedStyle(document.querySelector('[data-testid=gradviz-verified]')).backgroundColor")
+    bar = p.js("() => getComputedStyle(document.querySelector('[data-testid=gradviz-verified]')).borderLeftColor")
+    assert bg == "rgba(255, 179, 0, 0.2)" and bar == "rgb(249, 168, 37)", (bg, bar)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("[data-testid=gradviz-whatif]").screenshot(path=str(SCREENSHOTS / "verify-partial.png"))
+    # The full verification (every toggle replayed): green.
+    p.js("(s) => { gv.model.set('toggles', s.toggles); gv.model.set('verified', s.verified); }", full)
+    cls = banner.get_attribute("class") or ""
+    assert "gradviz-verified-ok" in cls and "partial" not in cls, cls
+    text = banner.inner_text()
+    assert "Verified by re-running PyTorch: 2 leaves lose gradient, as predicted (0.bias, 0.weight)" in text, text
+    assert "Not checked" not in text and "Stale" not in text
+    p.page.locator("[data-testid=gradviz-whatif]").screenshot(path=str(SCREENSHOTS / "verify-full.png"))
+    assert p.errors == []

@@ -26,6 +26,7 @@ def test_two_layer_exercise_verified() -> None:
     assert w.what_if().lost == ["W1"]
     result = w.verify()
     assert result["agree"] and result["actual_lost"] == ["W1"] and result["unverifiable"] == []
+    assert result["complete"] and result["checked_lost"] == result["predicted_lost"] == ["W1"]
     assert w.verified["toggles"] == {"detach": [f"{relu}:0"], "freeze": []}
 
 
@@ -91,7 +92,11 @@ def test_detaches_inside_checkpointed_blocks_are_not_rerun() -> None:
     inside = next(n for n, d in w.graph.nx.nodes(data=True) if d["call"] == "blocks.0.ln_2")
     w.toggles = {"detach": [f"{inside}:0"], "freeze": ["call:blocks.1"]}
     result = w.verify()
-    assert result["unverifiable"] == [f"{inside}:0"] and result["agree"], result
+    assert result["agree"] and not result["complete"], result
+    [why] = result["unverifiable"]
+    op = w.graph.nx.nodes[inside]["op"]
+    assert why.startswith(f"the detach of the {op} output in blocks.0.ln_2 (LayerNorm) was not replayed"), why
+    assert "checkpointed" in why and inside not in why  # the user's names, never the node id
     assert result["actual_lost"] == sorted(n for n in w.graph.leaves() if n.startswith("blocks.1."))
 
 
@@ -101,8 +106,12 @@ def test_tensor_inside_a_fused_op_is_reported_unverifiable() -> None:
     transpose = next(n for n, d in w.graph.nx.nodes(data=True) if d["op"] == "TBackward0")
     w.toggles = {"detach": [f"{transpose}:0"], "freeze": []}
     result = w.verify()
-    assert result["unverifiable"] == [f"{transpose}:0"]
+    assert result["unverifiable"] == [
+        "the detach of the TBackward0 output in 0 (Linear) was not replayed: it is made inside a fused op "
+        "(no Python-level torch call returns it, e.g. the transpose inside F.linear), so a re-run cannot detach it"]
     assert result["agree"] and result["actual_lost"] == []  # verified without the unappliable detach
+    assert result["predicted_lost"] == ["0.weight"] and result["checked_lost"] == []
+    assert not result["complete"]  # the page shows amber: 0.weight's predicted loss was not checked
 
 
 def test_a_function_that_changes_between_runs_is_flagged_loudly() -> None:
@@ -134,3 +143,42 @@ def test_errors_in_fn_are_reported_not_raised() -> None:
     result = w.verify()
     assert not result["agree"] and "boom" in result["error"]
     assert a.requires_grad and a.grad is None
+
+
+def test_partial_verification_on_a_real_model_names_what_was_not_replayed() -> None:
+    # Issue 14: the headline predicted 2 lost leaves, one detach could not be replayed, and the banner
+    # said "1 leaf loses gradient, as predicted" in green, naming the cut "n2:0".
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    x = torch.randn(5, 3)
+    w = gv.GraphWidget.from_fn(lambda: model(x).pow(2).mean(), model=model)
+    g = w.graph.nx
+    transpose = next(n for n, d in g.nodes(data=True) if d["op"] == "TBackward0" and d["call"] == "2")
+    tanh = next(n for n, d in g.nodes(data=True) if d["op"] == "TanhBackward0")
+    w.toggles = {"detach": [f"{tanh}:0", f"{transpose}:0"], "freeze": []}
+    assert sorted(w.what_if().lost) == ["0.bias", "0.weight", "2.weight"]
+    result = w.verify()
+    # The replayable cut (tanh's output) was checked against PyTorch; the transpose inside F.linear was not.
+    assert result["predicted_lost"] == ["0.bias", "0.weight", "2.weight"]
+    assert result["checked_lost"] == result["actual_lost"] == ["0.bias", "0.weight"]
+    assert result["agree"] and not result["complete"]
+    assert result["unverifiable"] == [
+        "the detach of the TBackward0 output in 2 (Linear) was not replayed: it is made inside a fused op "
+        "(no Python-level torch call returns it, e.g. the transpose inside F.linear), so a re-run cannot detach it"]
+    assert all(p.grad is None and p.requires_grad for p in model.parameters())  # the model as it was
+    w.toggles = {"detach": [f"{tanh}:0"], "freeze": []}
+    full = w.verify()
+    assert full["complete"] and full["agree"] and full["unverifiable"] == []
+
+
+def test_unreachable_leaves_are_reported_not_silently_skipped() -> None:
+    a = torch.randn(3, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)  # used by fn but neither a parameter nor in names=
+    w = gv.GraphWidget.from_fn(lambda: (a * b).sum(), names={"a": a})
+    unnamed = next(n for n, d in w.graph.nx.nodes(data=True) if d["kind"] == "leaf" and not d["names"])
+    w.toggles = {"detach": [], "freeze": [unnamed]}
+    result = w.verify()
+    assert not result["complete"] and result["agree"] and result["actual_lost"] == []
+    assert len(result["unverifiable"]) == 2
+    assert result["unverifiable"][0].startswith("freezing the unnamed leaf")
+    assert "names=" in result["unverifiable"][0] and unnamed not in " ".join(result["unverifiable"])

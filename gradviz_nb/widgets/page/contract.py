@@ -171,8 +171,10 @@ class WhatIfAnswer(TypedDict):
 class Verification(TypedDict):
     toggles: Toggles
     predicted_lost: list[str]
+    checked_lost: NotRequired[list[str]]
     actual_lost: list[str]
     agree: bool
+    complete: NotRequired[bool]
     unverifiable: list[str]
     error: str
 

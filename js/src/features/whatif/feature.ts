@@ -10,7 +10,7 @@ import type { Feature } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import { setSelected } from "../../core/selection";
 import { decorate, type Decorations } from "./decorate";
-import { createWhatIfPanel } from "./panel";
+import { BANNER_CSS, createWhatIfPanel } from "./panel";
 import {
   CALL_PREFIX,
   EMPTY_TOGGLES,
@@ -111,6 +111,7 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
 
   return {
     name: "whatif",
+    css: BANNER_CSS,
     styles: whatIfStyles,
     traits: {
       toggles() {

@@ -15,6 +15,18 @@ export interface WhatIfPanel {
   showVerification(v: Partial<Verification> | null | undefined, current: Toggles): void;
 }
 
+/** The amber "partly verified" banner (green and red are in styles.css). Translucent amber on the
+ *  theme's own text colour, so it reads on light and dark backgrounds alike. */
+export const BANNER_CSS = `
+.gradviz-root .gradviz-verified-partial {
+  background: rgba(255, 179, 0, 0.2); color: var(--gv-fg); border-left: 4px solid #f9a825;
+}
+.gradviz-root .gradviz-verified-partial > div:first-child { font-weight: 600; }
+.gradviz-root .gradviz-verified-why { padding-left: 1.1em; text-indent: -0.7em; }
+.gradviz-root .gradviz-verified-note { color: var(--gv-fg2); font-size: 12px; }
+.gradviz-root .gradviz-verified-bad .gradviz-verified-note { color: inherit; font-weight: 400; }
+`;
+
 export const HINT =
   "Click a tensor (edge) or an op: detach · a leaf: freeze (requires_grad=False) · " +
   "a closed box: detach its outputs, shift-click: freeze its parameters";
@@ -60,37 +72,66 @@ export function createWhatIfPanel(actions: WhatIfActions): WhatIfPanel {
         return;
       }
       const stale = !sameToggles(normalize(v.toggles), current);
-      const lines: string[] = [];
-      if (v.error) {
-        banner.classList.add("gradviz-verified-bad");
-        lines.push(`Verification failed: ${v.error}`);
-      } else if (v.agree) {
-        banner.classList.add("gradviz-verified-ok");
-        const n = (v.actual_lost ?? []).length;
-        lines.push(`Verified by re-running PyTorch: ${n} ${n === 1 ? "leaf loses" : "leaves lose"} gradient, as predicted.`);
-      } else {
-        banner.classList.add("gradviz-verified-bad");
-        const predicted = new Set(v.predicted_lost ?? []);
-        const actual = new Set(v.actual_lost ?? []);
-        const onlyPredicted = [...predicted].filter((x) => !actual.has(x));
-        const onlyActual = [...actual].filter((x) => !predicted.has(x));
-        lines.push("Prediction and PyTorch disagree: " + [
-          onlyPredicted.length ? `predicted to lose gradient but got one: ${onlyPredicted.join(", ")}` : "",
-          onlyActual.length ? `got no gradient though predicted to: ${onlyActual.join(", ")}` : "",
-        ].filter(Boolean).join("; ") + ".");
-      }
-      if (v.unverifiable && v.unverifiable.length) lines.push(`Could not apply in the re-run: ${v.unverifiable.join(", ")}.`);
-      // Verify re-runs backward and compares `.grad is None`: a wrong backward rule still "agrees".
-      if (!v.error) lines.push("Checked: which leaves get a gradient, not the gradients' values (gv.gradcheck checks those).");
+      banner.append(...verificationLines(v).map(([cls, l]) => h("div", cls ? { class: cls } : {}, l)));
+      banner.classList.add(`gradviz-verified-${verificationLevel(v)}`);
       if (stale) {
         banner.classList.add("gradviz-verified-stale");
-        lines.push("Stale: the toggles changed since this re-run.");
+        banner.append(h("div", {}, "Stale: the toggles changed since this re-run."));
       }
-      banner.append(...lines.map((l) => h("div", {}, l)));
       banner.hidden = false;
       refresh();
     },
   };
+}
+
+/** ok (green): everything predicted was checked and PyTorch agrees; partial (amber): what was checked
+ *  agrees, but some toggle or leaf could not be checked; bad (red): PyTorch disagrees, or the re-run failed. */
+export function verificationLevel(v: Partial<Verification>): "ok" | "partial" | "bad" {
+  if (v.error || !v.agree) return "bad";
+  return isComplete(v) ? "ok" : "partial";
+}
+
+function isComplete(v: Partial<Verification>): boolean {
+  const unchecked = (v.predicted_lost ?? []).filter((x) => !(v.checked_lost ?? v.predicted_lost ?? []).includes(x));
+  return (v.complete ?? true) && !(v.unverifiable ?? []).length && !unchecked.length;
+}
+
+/** The banner's lines ([class, text]): what PyTorch confirmed, what it contradicted, and what was not
+ *  checked and why (the Python side names every toggle by module, op and tensor). */
+export function verificationLines(v: Partial<Verification>): [string, string][] {
+  if (v.error) return [["", `Verification failed: ${v.error}`]];
+  const predicted = v.predicted_lost ?? [];
+  const checked = v.checked_lost ?? predicted;
+  const actual = new Set(v.actual_lost ?? []);
+  const lines: [string, string][] = [];
+  const leaves = (n: number): string => (n === 1 ? "1 leaf loses" : `${n} leaves lose`);
+  if (!v.agree) {
+    const onlyPredicted = checked.filter((x) => !actual.has(x));
+    const onlyActual = [...actual].filter((x) => !checked.includes(x));
+    lines.push(["", "Prediction and PyTorch disagree: " + [
+      onlyPredicted.length ? `predicted to lose gradient but got one: ${onlyPredicted.join(", ")}` : "",
+      onlyActual.length ? `got no gradient though predicted to: ${onlyActual.join(", ")}` : "",
+    ].filter(Boolean).join("; ") + "."]);
+  } else if (isComplete(v)) {
+    lines.push(["", `Verified by re-running PyTorch: ${leaves(predicted.length)} gradient, as predicted${predicted.length ? ` (${list(predicted)})` : ""}.`]);
+  } else {
+    lines.push(["", `Partly verified by re-running PyTorch: ` + (checked.length
+      ? `${list(checked)} ${checked.length === 1 ? "loses" : "lose"} gradient, as predicted (${checked.length} of ${predicted.length} predicted leaves checked).`
+      : `with the toggles it could replay, no leaf loses gradient, as predicted (0 of ${predicted.length} predicted ${predicted.length === 1 ? "leaf" : "leaves"} checked).`)]);
+  }
+  const unchecked = predicted.filter((x) => !checked.includes(x));
+  const reasons = v.unverifiable ?? [];
+  if (unchecked.length) lines.push(["", `Not checked: ${list(unchecked)} (predicted to lose gradient)${reasons.length ? ", because:" : "."}`]);
+  else if (reasons.length) lines.push(["", "Not checked:"]);
+  for (const why of reasons) lines.push(["gradviz-verified-why", `• ${why}.`]);
+  // Verify re-runs backward and compares `.grad is None`: a wrong backward rule still "agrees".
+  lines.push(["gradviz-verified-note", "Verify checks which leaves get a gradient, not the gradients' values (gv.gradcheck checks those)."]);
+  return lines;
+}
+
+/** "a, b, c and 4 more" (a banner, not a report: the full list is in Python's `verified`). */
+function list(names: string[], max = 6): string {
+  return names.length > max ? `${names.slice(0, max).join(", ")} and ${names.length - max} more` : names.join(", ");
 }
 
 function normalize(t: Partial<Toggles>): Toggles {
