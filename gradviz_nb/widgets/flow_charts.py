@@ -232,7 +232,8 @@ def norm_bars(flow: GradientFlow, source: ColumnDataSource | None = None, min_wi
                     **SELECTION_STYLE)
     marks = fig.scatter(x="left", y="label", marker="marker", size=12, fill_alpha=0, line_color="color",
                         line_width=2.5, line_alpha="marker_alpha", source=source, name="norm_marks",
-                        selection_line_alpha="marker_alpha", nonselection_line_alpha="marker_alpha")
+                        selection_line_alpha="marker_alpha", nonselection_line_alpha="marker_alpha",
+                        selection_fill_alpha=0, nonselection_fill_alpha=0)
     # the row's verdict/state in words on a right-hand axis (a categorical axis takes a JS formatter too)
     note = CustomJSTickFormatter(args={"source": source}, code=NOTE_JS)
     fig.add_layout(CategoricalAxis(formatter=note,  # type: ignore[arg-type]
