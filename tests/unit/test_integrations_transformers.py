@@ -159,3 +159,19 @@ def test_doctor_before_training_restores_everything(tmp_path: Path) -> None:
     # lr 0: parameters unchanged by training, so any change would be the doctor's
     for n, p in model.named_parameters():
         assert torch.equal(p.detach(), before[n]), n
+
+
+def test_reentrant_checkpointing_records_after_clipping_and_says_so(tmp_path: Path) -> None:
+    cb = GradvizCallback(every=1, save=False, flow_check=False)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], save_strategy="no", max_steps=2,
+        per_device_train_batch_size=2, gradient_accumulation_steps=GA, logging_steps=1, max_grad_norm=1e-3,
+        gradient_checkpointing=True, gradient_checkpointing_kwargs={"use_reentrant": True}, disable_tqdm=True)
+    trainer = transformers.Trainer(model=tiny_lora_gpt2(), args=args, train_dataset=dataset(), callbacks=[cb])
+    trainer.train()
+    assert cb.monitor is not None and cb.monitor.steps == [1, 2]
+    assert any("reentrant" in n for n in cb.notes)
+    # recorded after the Trainer clipped to 1e-3: the layers add up to the clipped total, not the logged one
+    totals = [float(row[torch.isfinite(row)].pow(2).sum().sqrt()) for row in cb.monitor.history("norm")]
+    logged = [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e]
+    assert all(g > 1e-2 for g in logged) and totals == pytest.approx([1e-3, 1e-3], rel=1e-3)
