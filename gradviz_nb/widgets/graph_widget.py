@@ -226,5 +226,13 @@ class GraphWidget(anywidget.AnyWidget):
         self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run
         return {}
 
+    # --- static fallback (gradviz_nb/widgets/static_fallback.py; issue 15) ---------------------------
+    def _ipython_display_(self) -> None:
+        """Show the widget, then a hidden static SVG of the graph that only front ends unable to draw the
+        widget reveal (nbconvert HTML offline, a notebook reopened without widget state)."""
+        from gradviz_nb.widgets.static_fallback import display_with_fallback
+
+        display_with_fallback(self)
+
     def __repr__(self) -> str:
         return f"<GraphWidget: {self.graph!r}>"

@@ -178,6 +178,10 @@ def test_gpt2_widget_expand_and_collapse_by_mouse(
     start = root.evaluate(STATE_JS)
     lap("model + widget drawn")
     assert start["layout"] == "idle", start
+    # The static picture displayed after the widget (widgets/static_fallback.py) stays hidden where the
+    # widget draws: never a second copy of the graph.
+    fallback = nb.cell(0).locator(".gradviz-static")
+    assert fallback.count() == 1 and not fallback.is_visible()
     assert start["counts"]["folded"] == 1, f"expected the 12 blocks folded into one stack: {start}"
     assert BOX not in _expanded_in_kernel(nb)
 
