@@ -562,7 +562,12 @@ def gradient_flow(
     ``optimizer``: the optimizer of the training loop; adds ``frozen`` (it holds a parameter that does not
     require grad, so it never moves) and ``not-in-optimizer`` (a parameter gets a gradient but is in no
     param group, or only in groups with lr 0). ``scaler``: a ``torch.amp.GradScaler`` whose
-    ``unscale_`` has not run yet; its scale is divided out of every statistic.
+    ``unscale_`` has not run yet; its scale is divided out of every statistic. Pass it between
+    ``scaler.scale(loss).backward()`` and ``scaler.step()``: ``step()`` unscales ``.grad`` in place, and after
+    ``update()`` the scaler can no longer tell (a layer that only vanishes because of the division says so).
+    Without ``scaler=``, an exploding verdict names a live GradScaler that has not unscaled the gradients yet.
+
+    ``torch.compile(model)`` works as the model itself: the same parameters, named without ``_orig_mod.``.
 
     Under FSDP2 (``fully_shard``: ``DTensor`` parameters and gradients) every statistic is that of the full
     tensor, from this rank's shards plus one ``SUM`` and one ``MAX`` all-reduce (nothing is gathered); call

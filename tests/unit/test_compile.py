@@ -75,7 +75,8 @@ def test_compiled_mlp_with_inductor_is_one_named_region_and_flows_like_eager() -
     compiled = _compile(model, backend="inductor")
     x = torch.randn(5, 4)
     torch._dynamo.utils.counters.clear()
-    with gv.capture(compiled) as cap:
+    # One compile thread: no worker pool to start (seconds on a small, busy CPU) for a graph this small.
+    with torch._inductor.config.patch(compile_threads=1), gv.capture(compiled) as cap:
         loss = compiled(x).pow(2).sum()
     assert not torch._dynamo.utils.counters["graph_break"], "capture's hooks split the compiled graph"
     g = gv.trace(loss, model=compiled, capture=cap)
@@ -92,7 +93,8 @@ def test_compiled_mlp_with_inductor_is_one_named_region_and_flows_like_eager() -
     assert "torch.compiler.disable" in note and "without compile" in note
     assert not any(n.startswith("No module boxes") for n in g.notes)
 
-    loss.backward()
+    with torch._inductor.config.patch(compile_threads=1):
+        loss.backward()  # the backward graph is compiled now
     ref = eager(x).pow(2).sum()
     ref.backward()
     assert math.isclose(loss.item(), ref.item(), rel_tol=1e-5)
