@@ -6,12 +6,13 @@ import { diff } from "./diff/feature";
 import type { FeatureFactory } from "../core/context";
 import { findings } from "./findings/feature";
 import { folding } from "./folding/feature";
+import { key } from "./key/feature";
 import { overlay } from "./overlay/feature";
 import { search } from "./search/feature";
 import { stepper } from "./stepper/feature";
 import { whatIf } from "./whatif/feature";
 
-export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search] as const;
+export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search, key] as const;
 
 type HooksOf<F> = F extends FeatureFactory<infer H> ? H : never;
 type Intersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer I) => void ? I : never;

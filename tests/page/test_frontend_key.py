@@ -1,0 +1,107 @@
+"""The key (issue 14, point 8): what blue leaves, grey ops, the bold root, dashed and double-bordered
+boxes, ghosts and "×2" edges mean. Hidden by default, a "?" opens it, and its swatches are drawn in the
+colours the canvas really uses, in the light and the dark theme (switched live)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pagekit
+import pytest
+from pagekit import SCREENSHOTS, MountedPage, load_fixture
+
+pytestmark = pytest.mark.browser
+browser = pagekit.browser
+
+DARK = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#212121", "--jp-layout-color2": "#424242",
+        "--jp-ui-font-color0": "rgba(255,255,255,1)", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
+        "--jp-brand-color1": "#42a5f5", "--jp-border-color1": "#616161"}
+SET_THEME_JS = """(vars) => {
+  for (const [k, v] of Object.entries(vars)) document.body.style.setProperty(k, v);
+  document.body.style.background = vars['--jp-layout-color0'];
+  document.body.dataset.jpThemeLight = 'false';
+}"""
+
+# For each kind: the swatch's colours, and the colours Cytoscape draws that kind with (a real element
+# where one is drawn, else a temporary node of that kind styled by the same stylesheet).
+COLOURS_JS = """() => {
+  const cy = gv.hook.cy;
+  const norm = (c) => c.replace(/\\s+/g, '');
+  const out = {};
+  for (const row of document.querySelectorAll('[data-testid=gradviz-key] .gradviz-key-row')) {
+    const kind = row.dataset.kind;
+    const shape = row.querySelector('[data-part=shape]');
+    const cs = getComputedStyle(shape);
+    let canvas;
+    if (kind.startsWith('edge')) {
+      const e = cy.edges().not('.ghost').first();
+      canvas = { fill: 'none', stroke: norm(e.style('line-color')) };
+    } else {
+      let n = cy.nodes(`[kind = "${kind}"]`).first();
+      const temp = n.empty();
+      if (temp) n = cy.add({ data: { id: 'key-probe', kind, label: '', w: 20, h: 10 } });
+      canvas = { fill: norm(n.style('background-color')), stroke: norm(n.style('border-color')), temp };
+      if (temp) n.remove();
+    }
+    out[kind] = { key: { fill: norm(cs.fill), stroke: norm(cs.stroke) }, canvas };
+  }
+  return out;
+}"""
+
+
+def test_key_is_hidden_opens_and_uses_the_canvas_colours(browser: Any, tmp_path: Path) -> None:
+    state = {"graph_data": load_fixture("whatif_ghosts.json"), "expanded": ["enc", "enc.fc1", "enc.fc2"],
+             "height": 520, "toggles": {"detach": [], "freeze": []}}
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 700))
+    key = p.page.locator("[data-testid=gradviz-key]")
+    toggle = p.page.locator("[data-testid=gradviz-key-toggle]")
+    assert toggle.is_visible() and key.is_hidden()  # collapsed by default, always available
+    assert toggle.get_attribute("aria-expanded") == "false"
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(tmp_path / "closed.png"))
+    toggle.click()
+    assert key.is_visible() and toggle.get_attribute("aria-expanded") == "true"
+    rows = p.js("() => [...document.querySelectorAll('.gradviz-key-row')].map((r) => [r.dataset.kind, r.textContent])")
+    kinds = [k for k, _ in rows]
+    assert kinds == ["leaf", "op", "root", "collapsed", "expanded", "folded", "ghost", "edge", "edge-many"]
+    text = dict(rows)
+    assert "leaf" in text["leaf"] and ".grad" in text["leaf"] and "op" in text["op"]
+    assert "bold" in text["root"] and "loss" in text["root"]
+    assert "dashed box" in text["collapsed"] and "double border" in text["folded"]
+    assert "ghost" in text["ghost"] and "detached or frozen" in text["ghost"] and "×2" in text["edge-many"]
+    # The key is not drawn over the canvas's other corners: not over the legend (bottom left), nor the
+    # details panel (top right).
+    box = key.bounding_box()
+    canvas = p.page.locator("[data-testid=gradviz-canvas]").bounding_box()
+    assert box and canvas and box["x"] > canvas["x"] + canvas["width"] / 2 and box["y"] > canvas["y"] + 20
+
+    def check_colours(theme: str) -> dict[str, Any]:
+        colours: dict[str, Any] = p.js(COLOURS_JS)
+        real = [k for k, v in colours.items() if not v["canvas"].get("temp", False) and not k.startswith("edge")]
+        assert {"leaf", "op", "root", "expanded", "ghost"} <= set(real), (theme, real)  # drawn, not probed
+        for kind, v in colours.items():
+            assert v["key"]["stroke"] == v["canvas"]["stroke"], (theme, kind, v)
+            if not kind.startswith("edge"):
+                assert v["key"]["fill"] == v["canvas"]["fill"], (theme, kind, v)
+        return colours
+
+    light = check_colours("light")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "key-light.png"))
+    # A live switch to a dark theme: the canvas restyles, and the key's swatches follow.
+    p.js(SET_THEME_JS, DARK)
+    p.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.theme === 'dark'", timeout=5000)
+    p.page.wait_for_function("(c) => getComputedStyle(document.querySelector('.gradviz-key-row [data-part=shape]')).fill"
+                             ".replace(/\\s+/g, '') !== c", arg=light["leaf"]["key"]["fill"], timeout=5000)
+    dark = check_colours("dark")
+    assert dark["leaf"]["key"]["fill"] != light["leaf"]["key"]["fill"]
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "key-dark.png"))
+    # The "?" key toggles it while the widget has focus; the close button hides it.
+    p.page.locator("[data-testid=gradviz-key-close]").click()
+    assert key.is_hidden()
+    p.page.click("[data-testid=gradviz-canvas]", position={"x": 5, "y": 5})
+    p.page.keyboard.press("?")
+    assert key.is_visible()
+    p.page.keyboard.press("?")
+    assert key.is_hidden()
+    assert p.errors == []
