@@ -75,16 +75,31 @@ def _evaluate(page_file: pathlib.Path, script: str, arg: Any, width: int) -> Any
             browser.close()
 
 
-def save_png(view: Any, path: str | os.PathLike[str], scale: float = 2) -> pathlib.Path:
-    """Write the whole current view (all of it, not just what fits) as PNG at ``scale`` x resolution."""
-    data_url: str = in_page(view, f"(scale) => {HOOK}.toPNG(scale)", scale)
+def _check_aspect(aspect: float | None) -> None:
+    if aspect is not None and not (isinstance(aspect, int | float) and 0.1 <= aspect <= 10):
+        raise GradvizError(f"aspect is the picture's width / height (e.g. 16 / 9), between 0.1 and 10; got {aspect!r}.")
+
+
+# With an aspect, the view is laid out again in columns (ELK's graph wrapping) before the picture.
+_WRAP = f"if (aspect) await {HOOK}.wrap(aspect);"
+
+
+def save_png(view: Any, path: str | os.PathLike[str], scale: float = 2, aspect: float | None = None) -> pathlib.Path:
+    """Write the whole current view (all of it, not just what fits) as PNG at ``scale`` x resolution.
+    ``aspect`` (width / height, e.g. ``16 / 9``) lays a long graph out in columns that fit a slide,
+    instead of one tall strip."""
+    _check_aspect(aspect)
+    script = f"async ([scale, aspect]) => {{ {_WRAP} return {HOOK}.toPNG(scale); }}"
+    data_url: str = in_page(view, script, [scale, aspect])
     out = pathlib.Path(path)
     out.write_bytes(base64.b64decode(data_url.split(",", 1)[1]))
     return out
 
 
-def save_svg(view: Any, path: str | os.PathLike[str]) -> pathlib.Path:
-    """Write the whole current view as SVG: module boxes, nodes with their labels as text, edges with arrows."""
+def save_svg(view: Any, path: str | os.PathLike[str], aspect: float | None = None) -> pathlib.Path:
+    """Write the whole current view as SVG: module boxes, nodes with their labels as text, edges with arrows.
+    ``aspect`` as in :func:`save_png`."""
+    _check_aspect(aspect)
     out = pathlib.Path(path)
-    out.write_text(in_page(view, f"() => {HOOK}.toSVG()"), encoding="utf-8")
+    out.write_text(in_page(view, f"async (aspect) => {{ {_WRAP} return {HOOK}.toSVG(); }}", aspect), encoding="utf-8")
     return out

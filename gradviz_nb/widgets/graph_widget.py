@@ -193,17 +193,19 @@ class GraphWidget(anywidget.AnyWidget):
 
         return write_html(self.page_snapshot(), path, title)
 
-    def save_svg(self, path: str | os.PathLike[str]) -> pathlib.Path:
-        """The current view as SVG (rendered in headless Chromium; see ``gradviz_nb.export.image``)."""
+    def save_svg(self, path: str | os.PathLike[str], aspect: float | None = None) -> pathlib.Path:
+        """The current view as SVG (rendered in headless Chromium; see ``gradviz_nb.export.image``).
+        ``aspect`` (width / height, e.g. ``16 / 9``) lays a long graph out in columns that fit a slide."""
         from gradviz_nb.export.image import save_svg
 
-        return save_svg(self.page_snapshot(), path)
+        return save_svg(self.page_snapshot(), path, aspect)
 
-    def save_png(self, path: str | os.PathLike[str], scale: float = 2) -> pathlib.Path:
-        """The current view as PNG (rendered in headless Chromium; see ``gradviz_nb.export.image``)."""
+    def save_png(self, path: str | os.PathLike[str], scale: float = 2, aspect: float | None = None) -> pathlib.Path:
+        """The current view as PNG (rendered in headless Chromium; see ``gradviz_nb.export.image``).
+        ``aspect`` (width / height, e.g. ``16 / 9``) lays a long graph out in columns that fit a slide."""
         from gradviz_nb.export.image import save_png
 
-        return save_png(self.page_snapshot(), path, scale)
+        return save_png(self.page_snapshot(), path, scale, aspect)
 
     def answer(self, message: Any) -> PageReply | None:
         """The reply to one page message (a ``PageRequest``), as the comm handler sends it; never raises.

@@ -4,8 +4,9 @@
 // Traits hold all state, so a saved notebook or exported page rebuilds the same view with no kernel.
 import type { AnyWidget, RenderProps } from "@anywidget/types";
 import css from "./styles.css";
-import { GraphView } from "./view/graphview";
-import { readTheme } from "./view/theme";
+import { GraphView, READABLE_ZOOM } from "./view/graphview";
+import { readTheme, type Theme } from "./view/theme";
+import { watchTheme } from "./view/themewatch";
 import { createDetails } from "./panels/details";
 import { h } from "./panels/dom";
 import { createLegend, createTooltip } from "./panels/legend";
@@ -14,9 +15,9 @@ import { pressKey, tapEdge, tapElement } from "./core/clicks";
 import { createCore, type Core } from "./core/context";
 import { coreHooks, type CoreHooks } from "./core/hooks";
 import { collapseEverything, expandEverything } from "./core/disclosure";
-import { relayout } from "./core/drawing";
+import { applyHeight, relayout } from "./core/drawing";
 import type { Feature, Slots } from "./core/feature";
-import { tooltipText } from "./core/paint";
+import { repaint, tooltipText } from "./core/paint";
 import { setSelected } from "./core/selection";
 import { connectTraits, loadPayload } from "./core/traits";
 import type { Traits } from "./payload";
@@ -50,7 +51,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     },
   });
   const toolbar = createToolbar({
-    fit: () => view.fit(),
+    fit: () => fitWhole(core),
     zoomReset: () => view.zoomReset(),
     relayout: () => void relayout(core, {}),
     expandAll: () => void expandEverything(core),
@@ -58,7 +59,13 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     savePNG: () => download(view.toPNGBlob(2), "gradviz.png"),
     saveSVG: () => download(new Blob([view.toSVG()], { type: "image/svg+xml" }), "gradviz.svg"),
   });
-  const details = createDetails(() => setSelected(core, ""));
+  const details = createDetails(
+    () => setSelected(core, ""),
+    (on) => {
+      body.classList.toggle("gradviz-with-details", on);
+      view.resize();
+    },
+  );
   const legend = createLegend(() => {
     // Fits keep the legend's corner free of nodes.
     view.setBottomReserve(legend.element.hidden ? 0 : legend.element.offsetHeight + 8);
@@ -81,13 +88,16 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   core.features = features;
   style.textContent = [css, ...features.map((f) => f.css ?? "")].join("\n");
   // The first feature wins, so its rules go last.
-  view.setStyles(theme, [...features].reverse().flatMap((f) => f.styles?.(theme) ?? []));
+  const restyle = (t: Theme): void => view.setStyles(t, [...features].reverse().flatMap((f) => f.styles?.(t) ?? []));
+  restyle(theme);
+  const stopTheme = watchTheme(root, theme, (t) => {
+    restyle(t);
+    root.dataset.theme = t.dark ? "dark" : "light";
+    repaint(core); // legends and features' palettes follow
+  });
+  root.dataset.theme = theme.dark ? "dark" : "light";
 
-  const setHeight = (): void => {
-    body.style.height = `${Math.max(120, Number(model.get("height")) || 600)}px`;
-    root.style.setProperty("--gv-body-h", body.style.height); // the side column never outgrows the graph
-    view.resize();
-  };
+  const setHeight = (): void => applyHeight(core);
   const onKey = (e: KeyboardEvent): void => pressKey(core, e);
   const onPointerDown = (e: Event): void => {
     const tag = (e.target as HTMLElement | null)?.tagName ?? "";
@@ -110,6 +120,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
 
   return () => {
     disconnect();
+    stopTheme();
     core.loader.dispose();
     core.messenger.dispose();
     for (const f of features) f.dispose?.();
@@ -120,6 +131,16 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     view.destroy();
     root.remove();
   };
+}
+
+/** The toolbar's Fit: everything in view, and a word when that is too small to read. */
+function fitWhole(core: Core): void {
+  core.view.fit();
+  const z = core.view.cy.zoom();
+  if (z < READABLE_ZOOM - 1e-9) {
+    core.toolbar.setMessage(`The whole graph at ${Math.round(z * 100)}%: labels are too small to read at this zoom. Scroll to zoom in, or close boxes.`);
+    core.toolbar.message.dataset.kind = "zoom";
+  } else if (core.toolbar.message.dataset.kind === "zoom") core.toolbar.setMessage("");
 }
 
 /** Save `blob` as a file through the browser's download (a temporary blob: link). */

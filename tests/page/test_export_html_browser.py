@@ -139,3 +139,25 @@ def test_exported_page_steps_through_a_recorded_backward(browser: Any, tmp_path:
     page.screenshot(path=str(tmp_path / "steps.png"))
     assert errors == []
     assert all(u.split(":", 1)[0] in ("file", "blob", "data") for u in requests), requests
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")  # IHDR width, height
+
+
+def test_png_fit_to_aspect_wraps_a_long_graph_into_columns(tmp_path: Path) -> None:
+    """A long chain is a tall strip as one column; aspect=16/9 lays it out in columns (ELK's graph
+    wrapping) so the picture fits a slide; a bad aspect is a clear error."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    x = torch.randn(4, requires_grad=True)
+    y = x
+    for i in range(40):
+        y = (y * 1.01).tanh() if i % 2 else y + 0.1
+    w = gv.GraphWidget(y.sum())
+    tall_w, tall_h = _png_size(w.save_png(tmp_path / "tall.png", scale=1).read_bytes())
+    wide_w, wide_h = _png_size(w.save_png(tmp_path / "wide.png", scale=1, aspect=16 / 9).read_bytes())
+    assert tall_h > 8 * tall_w, (tall_w, tall_h)
+    assert 0.8 < wide_w / wide_h < 3.5, (wide_w, wide_h)
+    with pytest.raises(gv.GradvizError, match="width / height"):
+        w.save_png(tmp_path / "bad.png", aspect=0)

@@ -194,9 +194,21 @@ def test_overlay_colours_marks_legend_and_tooltip(browser: Any, tmp_path: Path) 
     mem = {"title": "saved for backward", "values": {"n1": 2048, "n5": 100}, "scale": "linear", "encoding": "size",
            "marks": {}, "unit": "B"}
     p.js("(o) => gv.model.set('overlay', o)", mem)
+    p.js("async () => gv.hook.idle()")  # sizes feed the layout: a "size" overlay lays the graph out again
     assert p.text("gradviz-legend-max") == "2 KiB"
     assert p.js("() => gv.hook.cy.$id('n:n1').data('w')") > p.js("() => gv.hook.cy.$id('n:n1').data('bw')")
+    overlaps = p.js("""() => {
+        const nodes = gv.hook.cy.nodes().filter((n) => n.data('kind') !== 'expanded');
+        const out = [];
+        nodes.forEach((a) => nodes.forEach((b) => {
+            if (a.id() >= b.id()) return;
+            const p = a.boundingBox({ includeLabels: false }), q = b.boundingBox({ includeLabels: false });
+            if (p.x1 < q.x2 && q.x1 < p.x2 && p.y1 < q.y2 && q.y1 < p.y2) out.push([a.id(), b.id()]);
+        }));
+        return out; }""")
+    assert overlaps == [], f"grown nodes overlap others: {overlaps}"
     p.js("() => gv.model.set('overlay', {})")
+    p.js("async () => gv.hook.idle()")
     assert p.page.locator("[data-testid=gradviz-legend]").is_hidden()
     assert not any(c.startswith(("heat-", "ov-")) for c in p.classes("c:0") + p.classes("n:n9"))
     assert p.errors == []

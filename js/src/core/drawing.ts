@@ -2,8 +2,8 @@
 // attributes; after a layout lands, the selection and every decoration are painted again.
 import { drawnItems, neighbourhood, tooBigText } from "../state/cap";
 import { plural } from "../state/labels";
-import { visibleGraph, type VisibleGraph } from "../state/quotient";
-import type { Anchor } from "../view/graphview";
+import { callKey, nodeKey, visibleGraph, type VisibleGraph } from "../state/quotient";
+import { READABLE_ZOOM, type Anchor } from "../view/graphview";
 import { NOTHING, type Core } from "./context";
 import { focusName, showSelection } from "./selection";
 import { repaint } from "./paint";
@@ -53,6 +53,7 @@ export function relayout(
   root.dataset.layout = "running";
   setSpinner(ctx, "laying out…");
   view.setReserve(reserveOf(ctx));
+  view.setLayoutScale(ctx.features.map((f) => f.layoutScale?.() ?? null).find((f) => f) ?? null);
   ctx.running++;
   const job = view
     .show(graph, options)
@@ -90,8 +91,61 @@ function afterLayout(ctx: Core, shown: number, options: { anchor?: Anchor; fit?:
   for (const f of ctx.features) f.laidOut?.();
   showSelection(ctx);
   repaint(ctx);
-  // The legend appeared (or changed size) with this paint: fit again around it.
-  if (options.fit && !options.anchor) view.fitReadable();
+  // The height follows the content (up to the `height` trait); the legend appeared (or changed size)
+  // with this paint: fit again around it, at a zoom where labels read.
+  applyHeight(ctx, !!options.fit);
+  if (options.fit && !options.anchor) fitView(ctx);
+}
+
+/** Fit the view; when that would make labels unreadable, show what the cell is about at a readable
+ *  zoom instead (the selection, else a feature's focus such as the first finding, else the loss) and
+ *  say so on the message line. */
+export function fitView(ctx: Core): void {
+  const { view } = ctx;
+  const focus = focusKey(ctx);
+  const full = view.fitReadable(focus);
+  ctx.root.dataset.fitZoom = full.toFixed(3);
+  if (full >= READABLE_ZOOM - 1e-9) {
+    if (ctx.toolbar.message.dataset.kind === "zoom") ctx.toolbar.setMessage("");
+    return;
+  }
+  if (ctx.toolbar.message.textContent && ctx.toolbar.message.dataset.kind !== "zoom") return; // a more important message
+  const what = focus ? focusName(ctx, focus.slice(2)) : view.cy.nodes('[kind = "root"]').nonempty() ? "the loss" : "the first rows";
+  ctx.toolbar.setMessage(
+    `Showing ${what} at ${Math.round(READABLE_ZOOM * 100)}% so labels read; the whole graph fits only at ` +
+      `${Math.round(full * 100)}% (Fit). Scroll to move, or close boxes to see more at once.`,
+  );
+  ctx.toolbar.message.dataset.kind = "zoom";
+}
+
+/** The element the first view should show: the selected node or box when drawn, else the first
+ *  feature that names one (null: the view's default, the loss). */
+function focusKey(ctx: Core): string | null {
+  const id = ctx.model.get("selected") || "";
+  if (id) {
+    for (const key of [nodeKey(id), callKey(id)]) if (ctx.view.cy.getElementById(key).nonempty()) return key;
+  }
+  for (const f of ctx.features) {
+    const key = f.focus?.();
+    if (key && ctx.view.cy.getElementById(key).nonempty()) return key;
+  }
+  return null;
+}
+
+/** Body height: the content's (at the largest fit zoom), never above the `height` trait; it grows
+ *  with any layout and shrinks only on a fit (no jumping cell while the user opens boxes). */
+export function applyHeight(ctx: Core, mayShrink = true): void {
+  const { body, root, view, model } = ctx;
+  const limit = Math.max(120, Number(model.get("height")) || 600);
+  const content = view.contentHeight();
+  const least = body.classList.contains("gradviz-with-side") ? 360 : 160;
+  const now = parseFloat(body.style.height) || 0;
+  let px = content === null ? limit : Math.min(limit, Math.max(least, content));
+  if (!mayShrink && px < now) px = Math.min(now, limit);
+  if (Math.abs(px - now) < 1) return;
+  body.style.height = `${px}px`;
+  root.style.setProperty("--gv-body-h", body.style.height); // the side column never outgrows the graph
+  view.resize();
 }
 
 export function setSpinner(ctx: Core, text: string | null): void {

@@ -75,8 +75,12 @@ export interface Feature<Hooks extends object = object> {
   tapEdge?(key: string): boolean;
   /** A key press while the widget has focus; true when handled. */
   key?(e: KeyboardEvent): boolean;
+  /** An element key the first view should show (e.g. the first finding); null: nothing to ask. */
+  focus?(): string | null;
   /** Extra text lines a node needs room for (sizes feed the layout); null: none. */
   reserve?(): ((key: string) => string[][] | null) | null;
+  /** Size factors the feature will draw nodes at (so the layout leaves room); null: none. */
+  layoutScale?(): ((graph: VisibleGraph) => ReadonlyMap<string, number>) | null;
   /** Methods added to `root.__gradviz` for tests and image export. */
   readonly hooks?: Hooks;
   dispose?(): void;

@@ -5,6 +5,7 @@ import { callKey, nodeKey, type VisibleCounts } from "../state/quotient";
 import type { GraphView } from "../view/graphview";
 import type { Core } from "./context";
 import { closeCall, openCall } from "./disclosure";
+import { relayout } from "./drawing";
 import { reveal } from "./reveal";
 
 export interface CoreHooks {
@@ -29,6 +30,9 @@ export interface CoreHooks {
   loaded(): string[];
   /** Open, load and unfold what hides a node or call id, select it and centre on it. */
   reveal(id: string): Promise<void>;
+  /** Lay the view out again in columns aiming at width / height `aspect` (null: one column, as
+   *  usual); resolves when drawn. Image export uses it for pictures that fit a slide. */
+  wrap(aspect: number | null): Promise<void>;
 }
 
 export function coreHooks(ctx: Core): CoreHooks {
@@ -58,5 +62,9 @@ export function coreHooks(ctx: Core): CoreHooks {
     toPNG: (scale) => view.toPNG(scale ?? 2),
     loaded: () => (ctx.lazy ? [...ctx.lazy.loaded].sort() : []),
     reveal: settled((id: string) => reveal(ctx, id)),
+    wrap: settled((aspect: number | null) => {
+      view.setAspect(aspect);
+      return relayout(ctx, { fit: true });
+    }),
   };
 }

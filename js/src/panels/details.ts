@@ -7,7 +7,8 @@ export interface DetailsPanel {
   hide(): void;
 }
 
-export function createDetails(onClose: () => void): DetailsPanel {
+/** `onShown(on)` runs when the panel appears or goes (the canvas makes room for it). */
+export function createDetails(onClose: () => void, onShown: (on: boolean) => void = () => {}): DetailsPanel {
   const title = h("h3", { "data-testid": "gradviz-details-title" });
   const list = h("dl");
   const close = h("button", { type: "button", class: "gradviz-close", title: "Close", "aria-label": "Close details" }, "×");
@@ -19,10 +20,16 @@ export function createDetails(onClose: () => void): DetailsPanel {
     show(text, rows) {
       title.textContent = text;
       list.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
-      element.hidden = false;
+      if (element.hidden) {
+        element.hidden = false;
+        onShown(true);
+      }
     },
     hide() {
-      element.hidden = true;
+      if (!element.hidden) {
+        element.hidden = true;
+        onShown(false);
+      }
       title.textContent = "";
       list.replaceChildren();
     },

@@ -61,6 +61,7 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
       info.replaceChildren(...notes.map((n) => h("p", {}, n)));
     },
     setMessage(text) {
+      delete message.dataset.kind;
       setText(message, text);
       message.hidden = !text;
     },

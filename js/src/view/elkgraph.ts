@@ -40,9 +40,17 @@ const ROOT_OPTIONS: Record<string, string> = {
   "elk.json.edgeCoords": "ROOT",
 };
 
-/** The ELK graph: expanded boxes nest their members; each edge lives in its endpoints' common box. */
-export function toElk(graph: VisibleGraph, sizeOf: (key: string) => Size): ElkNode {
-  const root: ElkNode = { id: "__root__", layoutOptions: { ...ROOT_OPTIONS }, children: [], edges: [] };
+/** ELK's graph wrapping: a long layered graph is cut into columns side by side, aiming at this
+ *  width / height (for pictures on slides and pages, not a tall strip). */
+const wrapOptions = (aspect: number): Record<string, string> => ({
+  "elk.layered.wrapping.strategy": "MULTI_EDGE",
+  "elk.aspectRatio": String(aspect),
+});
+
+/** The ELK graph: expanded boxes nest their members; each edge lives in its endpoints' common box.
+ *  `aspect` (width / height) wraps the layers into columns. */
+export function toElk(graph: VisibleGraph, sizeOf: (key: string) => Size, aspect: number | null = null): ElkNode {
+  const root: ElkNode = { id: "__root__", layoutOptions: { ...ROOT_OPTIONS, ...(aspect ? wrapOptions(aspect) : {}) }, children: [], edges: [] };
   const elkOf = new Map<string, ElkNode>([["__root__", root]]);
   const parentOf = new Map<string, string>();
   for (const item of graph.items) {

@@ -53,7 +53,8 @@ export interface ShowOptions {
 }
 
 /** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
-const READABLE_ZOOM = 0.75;
+/** Zoom at which node text (FONT_SIZE 11) reads at 11 px: a fit below it says so. */
+export const READABLE_ZOOM = 1;
 /** Above this many elements, fits use the layout's own bounds instead of Cytoscape's. */
 const BIG_BOUNDS = 3000;
 /** Edge data that toSegments() sets (an edge is kept in place only when these are unchanged). */
@@ -87,6 +88,7 @@ export class GraphView {
   private hl = new Set<string>();
   /** Extra label variants to size a node for at layout (stepper "data | grad" lines). */
   private reserve: ((key: string) => string[][] | null) | null = null;
+  private layoutScale: ((graph: VisibleGraph) => ReadonlyMap<string, number>) | null = null;
   private invalidateOffsets: () => void;
   private container: HTMLElement;
   /** Pixels at the bottom of the canvas that a fit leaves free (the legend sits there). */
@@ -157,12 +159,20 @@ export class GraphView {
       }
       sizes.set(item.key, size);
     }
+    // Nodes a feature draws bigger (an overlay's "size" encoding) are laid out at that size, so they
+    // never overlap; their elements keep the measured size, and paint() applies the factor.
+    const scale = this.layoutScale?.(graph);
+    const laidOut = new Map(sizes);
+    for (const [key, f] of scale ?? []) {
+      const size = sizes.get(key);
+      if (size && f > 1) laidOut.set(key, { width: Math.ceil(size.width * f), height: Math.ceil(size.height * f) });
+    }
     const started = performance.now();
-    const layout = await this.layoutOf(graph, sizes, !!options.incremental);
+    const layout = await this.layoutOf(graph, laidOut, !!options.incremental);
     if (!layout) return false;
     if (generation !== this.generation) return false;
     this.lastLayoutMs = performance.now() - started;
-    this.snapshot = { graph, layout: layout.layout, sizes };
+    this.snapshot = { graph, layout: layout.layout, sizes: laidOut };
     this.lastLayoutIncremental = layout.incremental;
     this.simple = layout.simple;
     const { positions, boxes, routes } = layout.layout;
@@ -287,7 +297,7 @@ export class GraphView {
     const sizeOf = (key: string): Size => sizes.get(key)!;
     const prev = this.snapshot;
     const generation = this.generation;
-    if (incremental && prev) {
+    if (incremental && prev && this.engine.aspect === null) {
       const region = findRegion(prev.graph, graph, { prev: prev.sizes, next: sizes });
       if (region) {
         const sub = await this.engine.layout(region.sub, sizeOf);
@@ -350,28 +360,51 @@ export class GraphView {
     return this.cy.png({ full: true, scale, bg: this.theme.background, output: "blob" });
   }
 
-  /** Fit, unless that makes labels unreadable: then show the top (the inputs) at a readable zoom,
-   *  centred on the first row of nodes. */
-  fitReadable(): void {
+  /** Fit, unless that makes labels unreadable: then, at a readable zoom, show `focus` (an element key:
+   *  the selection, a finding) or else the loss (a root sits at the bottom, with what feeds it above),
+   *  or else the first rows. Returns the zoom a full fit would need (below READABLE_ZOOM: not all shown). */
+  fitReadable(focus: string | null = null): number {
     this.fit();
-    if (this.cy.zoom() >= READABLE_ZOOM) return;
+    const full = this.cy.zoom();
+    if (full >= READABLE_ZOOM - 1e-9) return full;
+    const z = READABLE_ZOOM;
+    const h = Math.max(60, this.cy.height() - this.bottomReserve);
+    const target = focus ? this.cy.getElementById(focus) : this.cy.nodes('[kind = "root"]').first();
+    if (target.nonempty()) {
+      const bb = target.boundingBox({ includeLabels: false, includeOverlays: false });
+      const root = target.data("kind") === "root";
+      this.cy.zoom(z);
+      this.cy.pan({
+        x: this.cy.width() / 2 - (z * (bb.x1 + bb.x2)) / 2,
+        y: root ? h - 24 - z * bb.y2 : h / 2 - (z * (bb.y1 + bb.y2)) / 2,
+      });
+      return full;
+    }
     let top: number;
     let bb: { x1: number; x2: number } | null;
     if (this.cy.elements().length > BIG_BOUNDS) {
       // From the layout: Cytoscape's bounding boxes measure every label (seconds at 20,000 nodes).
       const leaves = this.layoutBounds((_k, open) => !open);
-      if (!leaves) return;
+      if (!leaves) return full;
       top = leaves.y1;
       bb = this.layoutBounds((_k, open, y1) => !open && y1 < top + 120);
     } else {
       const leaves = this.cy.nodes().filter((n) => n.data("kind") !== "expanded");
-      if (leaves.empty()) return;
+      if (leaves.empty()) return full;
       top = Math.min(...leaves.map((n) => n.boundingBox().y1));
       bb = leaves.filter((n) => n.boundingBox().y1 < top + 120).boundingBox();
     }
-    if (!bb) return;
-    this.cy.zoom(READABLE_ZOOM);
-    this.cy.pan({ x: this.cy.width() / 2 - (READABLE_ZOOM * (bb.x1 + bb.x2)) / 2, y: 40 - READABLE_ZOOM * top });
+    if (!bb) return full;
+    this.cy.zoom(z);
+    this.cy.pan({ x: this.cy.width() / 2 - (z * (bb.x1 + bb.x2)) / 2, y: 40 - z * top });
+    return full;
+  }
+
+  /** Height the drawn graph needs on screen at the largest fit zoom (model units x 1.25, plus room for
+   *  the padding and the legend); null before the first layout. */
+  contentHeight(): number | null {
+    const bb = this.layoutBounds((k) => !!k);
+    return bb ? Math.ceil(bb.h * 1.25 + 48 + this.bottomReserve) : null;
   }
 
   /** Bounds of the drawn items (as laid out; labels of leaves are inside their boxes) that `take`. */
@@ -422,6 +455,7 @@ export class GraphView {
   clientPoint(key: string): { x: number; y: number } | null {
     const n = this.cy.getElementById(key) as NodeSingular;
     if (n.empty()) return null;
+    this.scrollToClick(n);
     const rect = this.cy.container()!.getBoundingClientRect();
     const client = (p: Point) => ({ x: rect.left + p.x, y: rect.top + p.y });
     if (n.data("kind") !== "expanded") return client(n.renderedPosition());
@@ -473,6 +507,17 @@ export class GraphView {
     const h = this.cy.height();
     if (bb.x1 >= margin.side && bb.x2 <= w - margin.side && bb.y1 >= margin.top && bb.y2 <= h - margin.bottom) return;
     this.cy.panBy({ x: w / 2 - (bb.x1 + bb.x2) / 2, y: h / 2 - (bb.y1 + bb.y2) / 2 });
+  }
+
+  /** Lay long graphs out in columns aiming at `aspect` (width / height; null: one tall column) from
+   *  the next layout on; incremental placement is off while it is set. */
+  setAspect(aspect: number | null): void {
+    this.engine.aspect = aspect && aspect > 0 ? aspect : null;
+  }
+
+  /** Size factors a feature will draw nodes at (laid out at that size); null: none. */
+  setLayoutScale(scale: ((graph: VisibleGraph) => ReadonlyMap<string, number>) | null): void {
+    this.layoutScale = scale;
   }
 
   /** Node sizes are measured at layout for the widest of these label variants (then stay put). */
@@ -529,10 +574,26 @@ export class GraphView {
     });
   }
 
+  /** Pan (no zoom change), as a user scrolls, so the point a click needs is well inside the canvas:
+   *  a node's centre, an open box's header. */
+  private scrollToClick(n: NodeSingular): void {
+    const bb = n.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
+    const w = this.cy.width();
+    const h = this.cy.height();
+    const open = n.data("kind") === "expanded";
+    const p = { x: (bb.x1 + bb.x2) / 2, y: open ? bb.y1 + 6 : (bb.y1 + bb.y2) / 2 };
+    if (p.x >= 30 && p.x <= w - 30 && p.y >= 30 && p.y <= h - 40) return;
+    this.cy.panBy({ x: w / 2 - p.x, y: (open ? h / 3 : h / 2) - p.y });
+  }
+
   /** Client coordinates of an edge's midpoint (on its drawn route), for a real mouse click. */
   edgePoint(key: string): { x: number; y: number } | null {
     const e = this.cy.getElementById(key);
     if (e.empty() || !e.isEdge()) return null;
+    const m = e.renderedMidpoint();
+    if (m.x < 30 || m.x > this.cy.width() - 30 || m.y < 30 || m.y > this.cy.height() - 40) {
+      this.cy.panBy({ x: this.cy.width() / 2 - m.x, y: this.cy.height() / 2 - m.y });
+    }
     const rect = this.cy.container()!.getBoundingClientRect();
     const p = e.renderedMidpoint();
     return { x: rect.left + p.x, y: rect.top + p.y };

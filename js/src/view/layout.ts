@@ -77,11 +77,14 @@ export class LayoutEngine {
   /** True when the last layout was the plain fallback (the graph was too big for ELK). */
   simple = false;
 
+  /** Width / height to wrap long graphs into (null: one tall column, the default). */
+  aspect: number | null = null;
+
   async layout(graph: VisibleGraph, sizeOf: (key: string) => Size): Promise<Layout> {
     this.simple = graph.items.length > ELK_LIMIT;
     if (this.simple) return this.simpleLayout(graph, sizeOf);
     try {
-      return fromElk(await this.elk.layout(toElk(graph, sizeOf)));
+      return fromElk(await this.elk.layout(toElk(graph, sizeOf, this.aspect)));
     } catch {
       // ELK's recursion can overflow the worker's stack on long chains: still draw the graph.
       this.simple = true;

@@ -1,13 +1,24 @@
 // gv.doctor's findings (the `findings` trait) listed beside the graph; a click reveals the finding's
-// node or box.
+// node or box, and the first view shows the first finding that is on the graph.
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature } from "../../core/feature";
 import { reveal } from "../../core/reveal";
+import { graphIndex } from "../../state/graphindex";
+import { callKey, nodeKey } from "../../state/quotient";
 import { createFindingsPanel } from "./panel";
 
 export const findings: FeatureFactory = (core: Core, slots): Feature => {
   const panel = createFindingsPanel((node) => void reveal(core, node));
   slots.side.append(panel.element);
   const show = (): void => panel.show(core.model.get("findings") || []);
-  return { name: "findings", traits: { findings: show }, loaded: show };
+  return {
+    name: "findings",
+    traits: { findings: show },
+    loaded: show,
+    focus() {
+      const first = (core.model.get("findings") || []).find((f) => f.node);
+      if (!first) return null;
+      return graphIndex(core.payload).pos.has(first.node) ? nodeKey(first.node) : callKey(first.node);
+    },
+  };
 };

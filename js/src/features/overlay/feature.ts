@@ -8,6 +8,7 @@ import { MARK } from "../../view/style";
 import type { Theme } from "../../view/theme";
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature, LegendItem, LegendSpec } from "../../core/feature";
+import { relayout } from "../../core/drawing";
 import { repaint } from "../../core/paint";
 import { MARK_TEXT, normalizeOverlay, overlayDecorations, overlayText, type OverlayDecorations } from "./state";
 
@@ -31,6 +32,10 @@ export const overlay: FeatureFactory<OverlayHooks> = (core: Core): Feature<Overl
     for (const m of ["no-grad", "nan", "flag"] as const) if (present.has(m)) items.push({ kind: m, text: MARK_TEXT[m], border: colours[m] });
     // Marks only (the doctor's findings): no values, so no scale to explain.
     const valued = Object.keys(ov.values).length > 0;
+    if (valued && r && r.min === r.max) {
+      // One value everywhere: a ramp from it to itself would explain nothing.
+      return { title: ov.title || "value", scaleText: `every value shown is ${withUnit(r.min, ov.unit)}`, min: "", max: "", ramp: false, items };
+    }
     return {
       title: ov.title || "value",
       scaleText: !valued ? "" : ov.encoding === "size" ? `node size grows with the value (${ov.scale} scale)` : `${ov.scale} scale`,
@@ -46,9 +51,16 @@ export const overlay: FeatureFactory<OverlayHooks> = (core: Core): Feature<Overl
     styles: overlayStyles,
     traits: {
       overlay() {
+        const sized = current?.encoding === "size";
         read();
-        repaint(core);
+        // Sizes feed the layout: a "size" overlay (coming or going) lays the graph out again.
+        if (sized || current?.encoding === "size") void relayout(core, {});
+        else repaint(core);
       },
+    },
+    layoutScale: () => {
+      const ov = current;
+      return ov && ov.encoding === "size" ? (graph) => overlayDecorations(core.payload, graph, ov, core.index).scale : null;
     },
     loaded: read,
     decorate(shown) {

@@ -1,0 +1,139 @@
+"""The first view and the theme (issue 14, points 2 and 5): labels readable at the first view's zoom, the
+loss on screen, the height following the content, an honest word when Fit is too small to read, and a
+live theme switch that restyles the canvas with readable contrast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pagekit
+import pytest
+import torch
+from pagekit import SCREENSHOTS, MountedPage
+
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+from gradviz_nb.widgets.page import graph as graph_payload
+
+pytestmark = pytest.mark.browser
+browser = pagekit.browser
+
+ROOT = "document.querySelector('.gradviz-root')"
+# Model units -> pixels at the current zoom, for the node font and for the loss's box on the canvas.
+VIEW_JS = f"""() => {{
+  const cy = {ROOT}.__gradviz.cy;
+  const loss = cy.nodes('[kind = "root"]').first().renderedBoundingBox({{ includeLabels: false }});
+  const fontPx = parseFloat(cy.nodes().first().style('font-size')) * cy.zoom();
+  return {{ zoom: cy.zoom(), fontPx, loss, w: cy.width(), h: cy.height(),
+           body: document.querySelector('.gradviz-body').getBoundingClientRect().height,
+           message: document.querySelector('[data-testid=gradviz-message]').textContent }};
+}}"""
+
+LIGHT = {"--jp-layout-color0": "#ffffff", "--jp-layout-color1": "#ffffff", "--jp-layout-color2": "#eeeeee",
+         "--jp-ui-font-color0": "rgba(0,0,0,1)", "--jp-ui-font-color1": "rgba(0,0,0,0.87)",
+         "--jp-brand-color1": "#1976d2", "--jp-border-color1": "#bdbdbd"}
+DARK = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#212121", "--jp-layout-color2": "#424242",
+        "--jp-ui-font-color0": "rgba(255,255,255,1)", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
+        "--jp-brand-color1": "#42a5f5", "--jp-border-color1": "#616161"}
+
+SET_THEME_JS = """([vars, light]) => {
+  for (const [k, v] of Object.entries(vars)) document.body.style.setProperty(k, v);
+  document.body.style.background = vars['--jp-layout-color0'];
+  document.body.dataset.jpThemeLight = String(light);
+  document.body.dataset.jpThemeName = light ? 'JupyterLab Light' : 'JupyterLab Dark';
+}"""
+
+# WCAG contrast of every drawn node's text against its fill (colours as Cytoscape resolved them).
+CONTRAST_JS = f"""() => {{
+  const cy = {ROOT}.__gradviz.cy;
+  const rgb = (s) => s.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map(Number);
+  const lin = (v) => {{ v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }};
+  const lum = (c) => {{ const [r, g, b] = c.map(lin); return 0.2126 * r + 0.7152 * g + 0.0722 * b; }};
+  const ratio = (a, b) => {{ const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); }};
+  return cy.nodes().filter((n) => n.data('kind') !== 'expanded' && n.data('kind') !== 'ghost').map((n) => [
+    n.data('label'), ratio(rgb(n.style('color')), rgb(n.style('background-color'))), n.style('background-color')]);
+}}"""
+
+
+@pytest.fixture(scope="module")
+def gpt2_payload() -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config.small_test())
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model, batch=2)
+    return graph_payload(gv.trace(loss, model=model, capture=cap))
+
+
+def _tiny_payload() -> dict[str, Any]:
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    b = torch.tensor([3.0, 4.0], requires_grad=True)
+    return graph_payload(gv.trace((a * b + a).sum()))
+
+
+def test_first_view_reads_and_shows_the_loss(browser: Any, gpt2_payload: dict[str, Any], tmp_path: Path) -> None:
+    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "expanded": ["blocks.0"], "height": 600})
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    v = page.js(VIEW_JS)
+    assert v["fontPx"] >= 11, f"first view text is {v['fontPx']:.1f} px"
+    loss = v["loss"]
+    inside = loss["x1"] >= 0 and loss["x2"] <= v["w"] and loss["y1"] >= 0 and loss["y2"] <= v["h"]
+    assert inside, f"loss off screen: {loss}"
+    # The whole graph does not fit at a readable zoom: the message line says so, with the zoom Fit needs.
+    assert "Showing the loss at 100% so labels read" in v["message"] and "fits only at" in v["message"]
+    # Fit shows everything and says that labels are too small there.
+    page.page.click("[data-testid=gradviz-fit]")
+    after = page.js(VIEW_JS)
+    assert after["zoom"] < 1 and "too small to read" in after["message"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.page.screenshot(path=str(SCREENSHOTS / "first_view_gpt2.png"))
+    assert page.errors == []
+
+
+def test_height_follows_a_small_graph(browser: Any, tmp_path: Path) -> None:
+    page = MountedPage(browser, tmp_path, {"graph_data": _tiny_payload(), "height": 600})
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    v = page.js(VIEW_JS)
+    assert v["fontPx"] >= 11
+    assert v["body"] < 600, f"a 5-node graph kept a {v['body']} px canvas"
+    assert v["message"] == ""
+
+
+@pytest.mark.parametrize("start", ["light", "dark"])
+def test_theme_switch_restyles_the_canvas_live(browser: Any, gpt2_payload: dict[str, Any], tmp_path: Path,
+                                               start: str) -> None:
+    first, second = (LIGHT, DARK) if start == "light" else (DARK, LIGHT)
+    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "height": 500})
+    page.js(SET_THEME_JS, [first, start == "light"])
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    page.page.wait_for_timeout(700)
+    before = page.js(CONTRAST_JS)
+    page.js(SET_THEME_JS, [second, start != "light"])
+    page.page.wait_for_timeout(700)  # the watcher re-reads at once, then at 120 and 600 ms
+    after = page.js(CONTRAST_JS)
+    assert {c for _, _, c in before} != {c for _, _, c in after}, "node fills did not change with the theme"
+    low = [(label, round(r, 2)) for label, r, _ in after if r < 4.5]
+    assert low == [], f"text/fill contrast under 4.5:1 after switching from {start}: {low[:5]}"
+    assert page.js(f"{ROOT}.dataset.theme") == ("dark" if start == "light" else "light")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.page.screenshot(path=str(SCREENSHOTS / f"theme_switch_from_{start}.png"))
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("width", [1000, 560])
+def test_details_sit_beside_or_under_the_graph_never_over_it(browser: Any, gpt2_payload: dict[str, Any],
+                                                             tmp_path: Path, width: int) -> None:
+    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "height": 500}, width=width)
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    leaf = next(n["id"] for n in gpt2_payload["nodes"] if n["kind"] == "leaf")
+    page.js("(id) => window.gv.model.set('selected', id)", leaf)
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    rects = page.js("""() => ['gradviz-details', 'gradviz-canvas'].map((t) =>
+        document.querySelector(`[data-testid=${t}]`).getBoundingClientRect().toJSON())""")
+    details, canvas = rects
+    assert details["width"] > 0 and details["height"] > 0, "the details panel is not shown"
+    overlap_w = min(details["right"], canvas["right"]) - max(details["left"], canvas["left"])
+    overlap_h = min(details["bottom"], canvas["bottom"]) - max(details["top"], canvas["top"])
+    assert overlap_w <= 1 or overlap_h <= 1, f"details {details} cover the canvas {canvas}"
+    page.page.screenshot(path=str(SCREENSHOTS / f"details_beside_{width}.png"))
+    assert page.errors == []
