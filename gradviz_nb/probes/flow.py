@@ -598,15 +598,6 @@ def gradient_flow(
     return GradientFlow(params, modules, flags, thresholds, scale)
 
 
-def overlay(flow: GradientFlow, graph: AutogradGraph) -> dict[str, Any]:
-    """Deprecated facade (imports the page layer lazily, like :meth:`GradientFlow.chart`): set the flow
-    itself, ``widget.overlay = flow``, or use ``gradviz_nb.widgets.page.overlay(flow, graph=g)``. Kept
-    only until ``widgets/dashboard.py`` stops importing it."""
-    from gradviz_nb.widgets.page.convert import flow_overlay
-
-    return dict(flow_overlay(flow, graph))
-
-
 HIST_RANGE = (-12.0, 4.0)  # log10 |gradient|; values outside are clamped into the end bins
 
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.flow import GradientFlow, gradient_flow, layer_histograms, overlay
+from gradviz_nb.probes.flow import GradientFlow, gradient_flow, layer_histograms
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.widgets.flow_charts import as_widget, chart_layers, flow_charts
 from gradviz_nb.widgets.graph_widget import GraphWidget
@@ -66,7 +66,7 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
         self.flow: GradientFlow = gradient_flow(model, grads, graph=graph_widget.graph, capture=capture,
                                                 **flow_options)
         """GradientFlow: the statistics and flags shown."""
-        self.graph.overlay = overlay(self.flow, graph_widget.graph)
+        self.graph.overlay = self.flow  # the validating trait draws it on the widget's graph
         hists = layer_histograms(model, scale=self.flow.grad_scale) if histograms else None
         layout, self.source = flow_charts(self.flow, hists)
         self.charts = as_widget(layout)
