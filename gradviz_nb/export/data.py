@@ -15,6 +15,7 @@ from gradviz_nb.errors import GradvizError
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing.graph import AutogradGraph
+    from gradviz_nb.tracing.schema import ModuleCallData
 
 FORMAT = "gradviz_nb.AutogradGraph"
 VERSION = 1
@@ -119,7 +120,7 @@ def to_dot(graph: AutogradGraph) -> str:
     members: dict[str, list[str]] = {}
     for n, d in g.nodes(data=True):
         members.setdefault(d.get("call", "") or "", []).append(n)
-    children: dict[str, list[dict[str, Any]]] = {}
+    children: dict[str, list[ModuleCallData]] = {}
     for c in graph.calls:
         children.setdefault(c["parent"], []).append(c)
     lines = ["digraph autograd {", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
