@@ -1,6 +1,6 @@
 """What-if: which leaves lose their gradient if some tensors are detached or some leaves frozen.
 
-Pure NetworkX, no torch. The same rule lives in the page (``js/src/state/whatif.ts``) so a toggle
+Pure NetworkX, no torch. The same rule lives in the page (``js/src/features/whatif/state.ts``) so a toggle
 answers instantly with no kernel; ``tests/unit/test_what_if_agreement.py`` proves the two agree.
 
 The rule, as PyTorch's re-run would behave:

@@ -1,4 +1,4 @@
-"""The page's what-if answer (js/src/state/whatif.ts) equals Python's ``AutogradGraph.what_if``.
+"""The page's what-if answer (js/src/features/whatif/state.ts) equals Python's ``AutogradGraph.what_if``.
 
 Real models are traced here (GPT-2 small with and without non-reentrant checkpoint, a module called
 twice, nn.MultiheadAttention, a chunk/unbind program with multi-output nodes); for each, many seeded
