@@ -31,6 +31,7 @@ import networkx as nx
 from gradviz_nb.analysis.memory import MemoryReport, format_bytes, memory_held
 from gradviz_nb.analysis.what_if import surviving_nodes
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.calltree import CallTree
 from gradviz_nb.tracing.graph import AutogradGraph
 
 Key = tuple[str, ...]
@@ -448,12 +449,11 @@ def _gradients(graph: AutogradGraph, names: _Names) -> _Gradients:
 
 
 def _resize(g: nx.DiGraph, calls: list[dict[str, Any]]) -> None:
-    parent = {c["id"]: c["parent"] for c in calls}
-    size = dict.fromkeys(parent, 0)
+    tree = CallTree(calls)
+    size = dict.fromkeys(tree.parent, 0)
     for _, call in g.nodes(data="call"):
-        while call:
-            size[call] = size.get(call, 0) + 1
-            call = parent.get(call, "")
+        for holder in tree.chain(call):
+            size[holder] = size.get(holder, 0) + 1
     for c in calls:
         c["size"] = size.get(c["id"], 0)
 

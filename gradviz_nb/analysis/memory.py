@@ -26,6 +26,7 @@ from typing import Any
 import networkx as nx
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.calltree import CallTree
 from gradviz_nb.tracing.graph import AutogradGraph
 
 OVERLAY_TITLE = "saved for backward"
@@ -347,14 +348,12 @@ _FAMILIES: dict[str, tuple[tuple[int, str], ...]] = {
 
 
 def _per_call(graph: AutogradGraph, per_node: dict[str, int]) -> dict[str, int]:
-    parent = {c["id"]: c["parent"] for c in graph.calls}
-    totals = dict.fromkeys(["", *parent], 0)
+    tree = CallTree(graph.calls)
+    totals = dict.fromkeys(["", *tree.parent], 0)
     for n, b in per_node.items():
-        call = graph.nx.nodes[n]["call"]
         totals[""] += b
-        while call:
+        for call in tree.chain(graph.nx.nodes[n]["call"]):
             totals[call] += b
-            call = parent.get(call, "")
     return totals
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.calltree import CallTree
 
 OutputRef = tuple[str, int]  # one output of a node: (node id, output_nr); not a torch.Tensor
 
@@ -133,16 +134,8 @@ def _call_members(graph: nx.DiGraph, name: str) -> set[str]:
     """
     calls = graph.graph.get("calls", [])
     chosen = {c["id"] for c in calls if c["id"] == name} or {c["id"] for c in calls if c["path"] == name}
-    parent = {c["id"]: c["parent"] for c in calls}
-
-    def inside(call: str) -> bool:
-        while call:
-            if call in chosen:
-                return True
-            call = parent.get(call, "")
-        return False
-
-    return {n for n, d in graph.nodes(data=True) if d["kind"] != "leaf" and inside(d["call"])}
+    tree = CallTree(calls)
+    return {n for n, d in graph.nodes(data=True) if d["kind"] != "leaf" and tree.inside(d["call"], chosen)}
 
 
 def _leaves(graph: nx.DiGraph, item: str) -> list[str]:
