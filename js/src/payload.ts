@@ -25,6 +25,25 @@ export interface GraphNode {
   saved: { name: string; shape: number[] | null; dtype: string }[];
   /** Forward value (flattened) of small tensors (<= 64 elements) where known, else null. */
   value: number[] | null;
+  /** Leaves over 64 elements: their first values and statistics, read when traced (absent: unknown). */
+  stats?: TensorSummary | null;
+  /** Leaves: their `.grad` when traced (null: it was None; absent: unknown, e.g. an op). */
+  grad?: TensorSummary | null;
+}
+
+/** A tensor in a few numbers (gradviz_nb/tracing/summary.py). Statistics are over the finite elements
+ *  (`nonfinite` counts the others); null with `skipped` saying why when not computed (too big). */
+export interface TensorSummary {
+  numel: number;
+  /** First values, row-major: all of them up to 64 elements, else the first 8 ("NaN" / "Infinity" as strings). */
+  head: (number | string)[];
+  norm: number | null;
+  mean: number | null;
+  std: number | null;
+  min: number | null;
+  max: number | null;
+  nonfinite: number | null;
+  skipped: string;
 }
 
 /** A tensor flowing forward from `source` (its output `output_nr`) into `target` (input `input_nr`). */

@@ -137,3 +137,24 @@ def test_details_sit_beside_or_under_the_graph_never_over_it(browser: Any, gpt2_
     assert overlap_w <= 1 or overlap_h <= 1, f"details {details} cover the canvas {canvas}"
     page.page.screenshot(path=str(SCREENSHOTS / f"details_beside_{width}.png"))
     assert page.errors == []
+
+
+def test_unfolding_a_long_stack_says_so_while_it_works(browser: Any, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config(n_layer=24, n_head=2, d_model=16, vocab=50, block_size=8))
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model, seq=4)
+    page = MountedPage(browser, tmp_path, {"graph_data": graph_payload(gv.trace(loss, model=model, capture=cap)),
+                                           "height": 500})
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    folded = page.js(f"() => {ROOT}.__gradviz.folded()")
+    assert folded, "the 24 blocks should be drawn as one folded stack"
+    # Every text the spinner shows while the stack unfolds (a MutationObserver sees each change).
+    page.js("""() => { window.spun = []; const s = document.querySelector('[data-testid=gradviz-spinner]');
+        new MutationObserver(() => { if (!s.hidden) window.spun.push(s.textContent); })
+          .observe(s, { attributes: true, childList: true, characterData: true, subtree: true }); }""")
+    page.js(f"async (g) => {ROOT}.__gradviz.unfold(g)", folded[0])
+    spun = page.js("() => window.spun")
+    assert any(t.startswith("Unfolding 24 × Block") for t in spun), spun
+    assert page.js("() => document.querySelector('[data-testid=gradviz-spinner]').hidden")
+    assert page.errors == []

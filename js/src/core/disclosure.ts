@@ -63,6 +63,16 @@ async function applyChange(ctx: Core, step: (cur: Disclosure) => Disclosure, opt
   const same = sameSet(next.expanded, ctx.expanded) && sameSet(next.unfolded, ctx.unfolded);
   if (same && !options.initial) return true;
   const nextFolded = foldedCalls(ctx.folds, next.expanded, next.unfolded);
+  if (next.unfolded.size > ctx.unfolded.size || next.expanded.size > ctx.expanded.size + 20) {
+    // Unfolding a long stack (or opening many boxes) takes a moment: say what is happening, and let
+    // the browser paint that before the work starts.
+    setSpinner(ctx, `${options.action}…`);
+    await new Promise<void>((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+    if (gen !== ctx.payloadGen) {
+      if (ctx.running === 0) setSpinner(ctx, null);
+      return false;
+    }
+  }
   let graph = visibleGraph(ctx.payload, next.expanded, ctx.index, nextFolded);
   const items = drawnItems(graph.counts);
   // Past the cap only changes that draw less go through; a first view is drawn up to INITIAL_CAP.
@@ -71,6 +81,7 @@ async function applyChange(ctx: Core, step: (cur: Disclosure) => Disclosure, opt
   else if (items > VIEW_CAP && (ctx.tooBig || items > drawnItems(ctx.counts))) {
     ctx.toolbar.setMessage(refusalText(options.action, items));
     if (options.fromTrait) saveDisclosure(ctx);
+    if (ctx.running === 0) setSpinner(ctx, null);
     return false;
   }
   if (!nextTooBig && !(await ensureLoaded(ctx, missingCalls(ctx.lazy, next.expanded)))) {

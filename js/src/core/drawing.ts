@@ -51,7 +51,7 @@ export function relayout(
   root.dataset.expandedBoxes = String(counts.expanded);
   root.dataset.foldedBoxes = String(counts.folded);
   root.dataset.layout = "running";
-  setSpinner(ctx, "laying out…");
+  if (ctx.spinner.hidden) setSpinner(ctx, "laying out…"); // a change may have said what it does already
   view.setReserve(reserveOf(ctx));
   view.setLayoutScale(ctx.features.map((f) => f.layoutScale?.() ?? null).find((f) => f) ?? null);
   ctx.running++;

@@ -1,6 +1,8 @@
 // Display text for nodes, boxes and the details panel. Plain strings only: the view puts them
 // into the page with textContent / canvas text, never as HTML.
-import type { GhostTensor, GraphNode, ModuleCall } from "../payload";
+import type { GhostTensor, GraphNode, ModuleCall, TensorSummary } from "../payload";
+import { num } from "./finite";
+import { fmt } from "./numbers";
 
 /** "[3, 4]"; a 0-dimensional tensor is "scalar"; unknown is "". */
 export function formatShape(shape: number[] | null | undefined): string {
@@ -76,12 +78,70 @@ export function nodeDetails(n: GraphNode): [string, string][] {
     ["output", [formatShape(n.shape) || "shape unknown", n.dtype].filter(Boolean).join(" ")],
     ["requires_grad", String(n.requires_grad)],
   ];
+  rows.push(...tensorRows(n));
   if (n.kind === "leaf") rows.push(["names", n.names.length ? n.names.join(", ") : "(unnamed)"]);
   rows.push(["saved tensors", String(n.saved.length)]);
   for (const s of n.saved) {
     rows.push(["  " + s.name, [formatShape(s.shape) || "shape unknown", s.dtype].filter(Boolean).join(" ")]);
   }
   rows.push(["id", n.id]);
+  return rows;
+}
+
+/** Values shown of a tensor: the first 8, then how many there are. */
+export const SHOWN_VALUES = 8;
+
+/** The summary of a whole small tensor (its every value is known): statistics as torch computes them
+ *  (std unbiased), over the finite values. */
+export function summarizeValues(values: readonly (number | string)[]): TensorSummary {
+  const xs = values.map(num);
+  const finite = xs.filter((x) => Number.isFinite(x));
+  const n = finite.length;
+  const mean = n ? finite.reduce((a, b) => a + b, 0) / n : null;
+  const std = mean === null ? null : n > 1 ? Math.sqrt(finite.reduce((a, b) => a + (b - mean) ** 2, 0) / (n - 1)) : 0;
+  return {
+    numel: xs.length,
+    head: [...values],
+    norm: n ? Math.sqrt(finite.reduce((a, b) => a + b * b, 0)) : null,
+    mean,
+    std,
+    min: n ? Math.min(...finite) : null,
+    max: n ? Math.max(...finite) : null,
+    nonfinite: xs.length - n,
+    skipped: "",
+  };
+}
+
+/** "[0.1, -2, 3]", or "[0.1, -2, 3, … ] 4,096 values" when only the first ones are shown. */
+export function formatHead(s: TensorSummary): string {
+  const shown = s.head.slice(0, SHOWN_VALUES).map((x) => fmt(num(x)));
+  if (s.numel === 1 && shown.length === 1) return shown[0];
+  return s.numel > shown.length ? `[${shown.join(", ")}, …] ${thousands(s.numel)} values` : `[${shown.join(", ")}]`;
+}
+
+/** Rows for one tensor summary: its values, then norm, mean ± std, min … max (or why they are missing). */
+export function summaryRows(term: string, s: TensorSummary): [string, string][] {
+  const rows: [string, string][] = [[term, formatHead(s)]];
+  if (s.numel <= 1) return rows;
+  if (s.norm === null) {
+    rows.push(["  stats", s.skipped || (s.nonfinite ? "no finite values" : "not computed")]);
+    return rows;
+  }
+  const finiteOnly = s.nonfinite ? " (finite values)" : "";
+  rows.push(["  norm", fmt(s.norm) + finiteOnly]);
+  if (s.mean !== null && s.std !== null) rows.push(["  mean ± std", `${fmt(s.mean)} ± ${fmt(s.std)}`]);
+  if (s.min !== null && s.max !== null) rows.push(["  min … max", `${fmt(s.min)} … ${fmt(s.max)}`]);
+  if (s.nonfinite) rows.push(["  NaN / Inf", `${thousands(s.nonfinite)} of ${thousands(s.numel)}`]);
+  return rows;
+}
+
+/** The node's forward value and, for leaves, its .grad, wherever the trace knew them. */
+function tensorRows(n: GraphNode): [string, string][] {
+  const rows: [string, string][] = [];
+  if (Array.isArray(n.value) && n.value.length) rows.push(...summaryRows("value", summarizeValues(n.value)));
+  else if (n.stats) rows.push(...summaryRows("value", n.stats));
+  if (n.grad) rows.push(...summaryRows(".grad (traced)", n.grad));
+  else if (n.grad === null) rows.push([".grad (traced)", "None"]);
   return rows;
 }
 
