@@ -64,8 +64,8 @@ _GB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the gradviz
 # Library code between an op and the user's line: torch and gradviz_nb's library layers. The bug zoo and
 # demo models count as user code (they are where a model's forward is written).
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__) + os.sep, "<frozen ",
-                 *(os.path.join(_GB, d) + os.sep for d in ("analysis", "tracing", "doctor", "widgets", "export",
-                                                           "integrations")))
+                 *(os.path.join(_GB, d) + os.sep
+                   for d in ("analysis", "probes", "tracing", "doctor", "widgets", "export", "integrations")))
 _SKIP = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_"}
 _VALUE_TYPES = {"Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]", "number", "Optional[number]"}
 _ACCUMULATE = "torch::autograd::AccumulateGrad"
