@@ -33,7 +33,10 @@ class AutogradGraph:
     Node attributes (NodeData): ``kind`` (``"op"``, ``"leaf"``, ``"root"``), ``op``, ``label``, ``module``,
     ``call``, ``name``, ``names``, ``shape``, ``dtype``, ``requires_grad``, ``seq``, ``saved``, ``value``
     (forward values of small tensors where known: leaves, roots, and ops whose forward ran inside
-    ``gv.capture``; else None); on some nodes only: ``compiled`` (a torch.compile region), ``distributed``
+    ``gv.capture``; else None); on leaves only: ``stats`` (first values and bounded statistics of a
+    tensor too big for ``value``) and ``grad`` (the same summary of its ``.grad`` when traced; None when
+    it was None), see :mod:`gradviz_nb.tracing.summary`; on some nodes only: ``compiled`` (a
+    torch.compile region), ``distributed``
     and ``note`` (an FSDP2 / DDP / DTensor node and what it does).
 
     Saved tensors (SavedData, in a node's ``saved``): ``name``, ``shape``, ``dtype``; for memory: ``bytes``,

@@ -14,6 +14,8 @@ from typing import Any, Literal, NotRequired, Required, TypedDict, Union
 
 import networkx as nx
 
+from gradviz_nb.tracing.summary import TensorSummary
+
 
 class SavedData(TypedDict, total=False):
     """One tensor a node saved for backward, read without unpacking it (``tracing/walk.py``)."""
@@ -48,6 +50,8 @@ class NodeData(TypedDict):
     seq: int  # autograd sequence number (-1 for leaves and roots)
     saved: list[SavedData]
     value: list[float] | None  # forward values of small tensors, where known
+    stats: NotRequired[TensorSummary | None]  # leaves over SMALL_VALUE elements: first values, statistics
+    grad: NotRequired[TensorSummary | None]  # leaves: their .grad when traced (None: it was None)
     compiled: NotRequired[bool]  # a torch.compile region (CompiledFunctionBackward): its ops are not autograd nodes
     distributed: NotRequired[str]  # a data-parallel engine's node ("fsdp2", "ddp", "dtensor")
     note: NotRequired[str]  # what such a node does (where the collectives run)

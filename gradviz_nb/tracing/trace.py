@@ -16,6 +16,7 @@ from gradviz_nb.tracing.compiled import annotate_compiled, real_name, unwrap_com
 from gradviz_nb.tracing.distributed import annotate_distributed
 from gradviz_nb.tracing.ghosts import SMALL_VALUE, Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
+from gradviz_nb.tracing.summary import Summarizer
 from gradviz_nb.tracing.walk import RawNode, short_op, walk
 
 NO_CAPTURE_NOTE = (
@@ -80,6 +81,9 @@ def _trace(
     del edges, keys
     leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
     values = {f"n{r.key}": _small(r.leaf) for r in raw if r.leaf is not None}
+    summarize = Summarizer()  # leaves: first values and bounded statistics of the tensor and its .grad
+    summaries = {f"n{r.key}": (summarize(r.leaf) if r.leaf.numel() > SMALL_VALUE else None, summarize(r.leaf.grad))
+                 for r in raw if r.leaf is not None}
     values.update((f"root{i}", _small(t)) for i, t in enumerate(tensors))
     leaf_names = _leaf_names(raw, model, names)
     graph = _build(raw, root_edges, tensors, leaf_names, [c for cap in captures for c in cap.calls])
@@ -95,6 +99,8 @@ def _trace(
     observed = {seq: v for cap in captures for seq, v in cap.values.items()}
     for n, attrs in graph.nodes(data=True):
         attrs["value"] = observed.get(attrs["seq"]) if attrs["kind"] == "op" else values.get(n)
+        if n in summaries:
+            attrs["stats"], attrs["grad"] = summaries[n]
     graph.graph["modules"] = _module_tree(model)
     graph.graph["torch_version"] = torch.__version__
     graph.graph["captured"] = bool(graph.graph["calls"])

@@ -16,6 +16,7 @@ browser = pagekit.browser
 
 DARK = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#212121", "--jp-layout-color2": "#424242",
         "--jp-ui-font-color0": "rgba(255,255,255,1)", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
+        "--jp-ui-font-color2": "rgba(255,255,255,0.54)",
         "--jp-brand-color1": "#42a5f5", "--jp-border-color1": "#616161"}
 SET_THEME_JS = """(vars) => {
   for (const [k, v] of Object.entries(vars)) document.body.style.setProperty(k, v);
@@ -91,8 +92,9 @@ def test_key_is_hidden_opens_and_uses_the_canvas_colours(browser: Any, tmp_path:
     # A live switch to a dark theme: the canvas restyles, and the key's swatches follow.
     p.js(SET_THEME_JS, DARK)
     p.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.theme === 'dark'", timeout=5000)
-    p.page.wait_for_function("(c) => getComputedStyle(document.querySelector('.gradviz-key-row [data-part=shape]')).fill"
-                             ".replace(/\\s+/g, '') !== c", arg=light["leaf"]["key"]["fill"], timeout=5000)
+    leaf_fill = "getComputedStyle(document.querySelector('.gradviz-key-row [data-part=shape]')).fill"
+    p.page.wait_for_function(f"(c) => {leaf_fill}.replace(/\\s+/g, '') !== c", arg=light["leaf"]["key"]["fill"],
+                             timeout=5000)
     dark = check_colours("dark")
     assert dark["leaf"]["key"]["fill"] != light["leaf"]["key"]["fill"]
     p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "key-dark.png"))

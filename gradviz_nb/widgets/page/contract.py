@@ -14,7 +14,8 @@ from typing import Literal, NotRequired, TypedDict
 __all__ = [
     "Chunk", "DiffStatus", "DoctorFinding", "FoldGroup", "GhostTensor", "GraphDiff", "GraphEdge", "GraphMeta",
     "GraphNode", "GraphPayload", "LoadBody", "LoadReplyBody", "ModuleCall", "Overlay", "PageReply", "PageRequest",
-    "RecordedGrad", "RecordedStep", "Recording", "Toggles", "Traits", "Verification", "WhatIfAnswer", "Wiring",
+    "RecordedGrad", "RecordedStep", "Recording", "TensorSummary", "Toggles", "Traits", "Verification", "WhatIfAnswer",
+    "Wiring",
 ]
 
 Number = int | float
@@ -34,6 +35,18 @@ class SavedTensor(TypedDict):
     dtype: str
 
 
+class TensorSummary(TypedDict):
+    numel: int
+    head: list[Number | str]
+    norm: Number | None
+    mean: Number | None
+    std: Number | None
+    min: Number | None
+    max: Number | None
+    nonfinite: int | None
+    skipped: str
+
+
 class GraphNode(TypedDict):
     id: str
     kind: Literal["op", "leaf", "root"]
@@ -47,6 +60,8 @@ class GraphNode(TypedDict):
     requires_grad: bool
     saved: list[SavedTensor]
     value: list[Number] | None
+    stats: NotRequired[TensorSummary | None]
+    grad: NotRequired[TensorSummary | None]
 
 
 class GraphEdge(TypedDict):

@@ -27,6 +27,9 @@ def node_record(node: str, data: dict[str, Any]) -> GraphNode:
     packed, ...) is for the memory analysis, not the page."""
     record = cast(GraphNode, {"id": node, **{k: data[k] for k in NODE_FIELDS}})
     record["saved"] = [{"name": s["name"], "shape": s["shape"], "dtype": s["dtype"]} for s in data["saved"]]
+    for key in ("stats", "grad"):  # leaves only (tracing/summary.py): a few numbers each, bounded in size
+        if key in data:
+            record[key] = data[key]
     return record
 
 

@@ -1,0 +1,107 @@
+"""Values and gradients in the details panel of a plain graph (issue 14, point 9), on a real traced model's
+payload: a small leaf's values with their statistics, a large leaf's first values and statistics, and each
+leaf's ``.grad`` as it was when traced, all matching torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pagekit
+import pytest
+import torch
+from pagekit import SCREENSHOTS, MountedPage
+
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+from gradviz_nb.widgets.page import graph as graph_payload
+
+pytestmark = pytest.mark.browser
+browser = pagekit.browser
+
+DARK = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#212121", "--jp-layout-color2": "#424242",
+        "--jp-ui-font-color0": "rgba(255,255,255,1)", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
+        "--jp-ui-font-color2": "rgba(255,255,255,0.54)",
+        "--jp-brand-color1": "#42a5f5", "--jp-border-color1": "#616161"}
+SET_THEME_JS = """(vars) => {
+  for (const [k, v] of Object.entries(vars)) document.body.style.setProperty(k, v);
+  document.body.style.background = vars['--jp-layout-color0'];
+  document.body.dataset.jpThemeLight = 'false';
+}"""
+TITLE_IS_JS = "(t) => document.querySelector('[data-testid=gradviz-details-title]').textContent.startsWith(t)"
+ROWS_JS = """() => [...document.querySelectorAll('[data-testid=gradviz-details] dt')]
+  .map((dt) => [dt.textContent, dt.nextElementSibling.textContent])"""
+
+
+def number(text: str) -> float:
+    return float(text.split(" ")[0])
+
+
+def test_details_show_values_stats_and_grads_of_a_real_model(browser: Any, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config.small_test())
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model)
+    loss.backward()
+    g = gv.trace(loss, model=model, capture=cap)
+    params = dict(model.named_parameters())
+    state = {"graph_data": graph_payload(g), "expanded": [], "height": 560, "selected": g.find("wte.weight")}
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 720))
+    details = p.page.locator("[data-testid=gradviz-details]")
+    assert details.is_visible()
+
+    # A large leaf (101 x 32 = 3,232 elements): its first values, then statistics, then its .grad's.
+    rows = p.js(ROWS_JS)
+    terms = [k for k, _ in rows]
+    at = terms.index("value")
+    wte = params["wte.weight"].detach()
+    value = rows[at][1]
+    assert value.endswith("…] 3,232 values") and value.startswith(f"[{wte.flatten()[0].item():.3g}"[:5])
+    assert terms[at + 1: at + 4] == ["  norm", "  mean ± std", "  min … max"]
+    assert number(rows[at + 1][1]) == pytest.approx(wte.norm().item(), rel=1e-3)
+    grad_at = terms.index(".grad (traced)")
+    assert params["wte.weight"].grad is not None
+    assert number(rows[grad_at + 1][1]) == pytest.approx(params["wte.weight"].grad.norm().item(), rel=1e-3)
+    assert rows[grad_at][1].endswith("3,232 values")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "details-values-light.png"))
+
+    # A small leaf (ln_f.bias, 32 values): every value is known; the page's statistics equal torch's.
+    p.js("(id) => gv.model.set('selected', id)", g.find("ln_f.bias"))
+    p.page.wait_for_function(TITLE_IS_JS, arg="ln_f.bias", timeout=30000)  # Python's selection may open a box first
+    rows = dict(p.js(ROWS_JS))
+    bias = params["ln_f.bias"]
+    assert rows["value"].endswith("…] 32 values")
+    assert bias.grad is not None
+    grad_rows = p.js(ROWS_JS)
+    gi = [k for k, _ in grad_rows].index(".grad (traced)")
+    lo, hi = grad_rows[gi + 3][1].split(" … ")
+    assert float(lo) == pytest.approx(bias.grad.min().item(), rel=1e-3, abs=1e-6)
+    assert float(hi) == pytest.approx(bias.grad.max().item(), rel=1e-3, abs=1e-6)
+    _, std = grad_rows[gi + 2][1].split(" ± ")
+    assert float(std) == pytest.approx(bias.grad.std().item(), rel=1e-3)
+
+    # An op: nothing was captured for it, so no value rows (nothing is made up).
+    op = next(n for n, d in g.nx.nodes(data=True) if d["kind"] == "op" and d["value"] is None)
+    p.js("(id) => gv.model.set('selected', id)", op)
+    p.page.wait_for_function(TITLE_IS_JS + " === false", arg="ln_f.bias", timeout=30000)
+    assert not any(k in ("value", ".grad (traced)") for k, _ in p.js(ROWS_JS))
+
+    # Dark theme: the same panel, readable.
+    p.js("(id) => gv.model.set('selected', id)", g.find("wte.weight"))
+    p.page.wait_for_function(TITLE_IS_JS, arg="wte.weight", timeout=30000)
+    p.js(SET_THEME_JS, DARK)
+    p.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.theme === 'dark'", timeout=5000)
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "details-values-dark.png"))
+    assert p.errors == []
+
+
+def test_a_leaf_traced_before_backward_says_its_grad_was_none(browser: Any, tmp_path: Path) -> None:
+    w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    g = gv.trace((w * w).sum(), names={"w": w})
+    state = {"graph_data": graph_payload(g), "expanded": [], "height": 400, "selected": g.find("w")}
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 500))
+    rows = p.js(ROWS_JS)
+    assert ["value", "[1, 2, 3]"] in rows and ["  norm", "3.742"] in rows and ["  mean ± std", "2 ± 1"] in rows
+    assert [".grad (traced)", "None"] in rows
+    assert p.errors == []
