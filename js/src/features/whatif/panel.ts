@@ -23,8 +23,7 @@ export const BANNER_CSS = `
 }
 .gradviz-root .gradviz-verified-partial > div:first-child { font-weight: 600; }
 .gradviz-root .gradviz-verified-why { padding-left: 1.1em; text-indent: -0.7em; }
-.gradviz-root .gradviz-verified-note { color: var(--gv-fg2); font-size: 12px; }
-.gradviz-root .gradviz-verified-bad .gradviz-verified-note { color: inherit; font-weight: 400; }
+.gradviz-root .gradviz-verified-note { color: inherit; opacity: 0.75; font-size: 12px; font-weight: 400; }
 `;
 
 export const HINT =
