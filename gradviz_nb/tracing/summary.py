@@ -47,9 +47,14 @@ def _readable(t: torch.Tensor) -> bool:
     return not t.numel() or t.untyped_storage().nbytes() >= (t.storage_offset() + 1) * t.element_size()
 
 
+def _short(x: float) -> float:
+    """7 significant digits: float32's precision, and about half the JSON of a double's repr."""
+    return float(f"{x:.7g}")
+
+
 def _json_float(x: float) -> float | str:
     if math.isfinite(x):
-        return x
+        return _short(x)
     return "NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
@@ -89,6 +94,6 @@ def _with_stats(s: TensorSummary, flat: torch.Tensor) -> TensorSummary:
     if not x.numel():
         return {**s, "nonfinite": nonfinite, "skipped": "no finite values"}
     lo, hi = torch.aminmax(x)
-    return {**s, "norm": float(torch.linalg.vector_norm(x)), "mean": float(x.mean()),
-            "std": float(x.std()) if x.numel() > 1 else 0.0, "min": float(lo), "max": float(hi),
-            "nonfinite": nonfinite}
+    return {**s, "norm": _short(float(torch.linalg.vector_norm(x))), "mean": _short(float(x.mean())),
+            "std": _short(float(x.std())) if x.numel() > 1 else 0.0, "min": _short(float(lo)),
+            "max": _short(float(hi)), "nonfinite": nonfinite}
