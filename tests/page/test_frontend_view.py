@@ -158,3 +158,49 @@ def test_unfolding_a_long_stack_says_so_while_it_works(browser: Any, tmp_path: P
     assert any(t.startswith("Unfolding 24 × Block") for t in spun), spun
     assert page.js("() => document.querySelector('[data-testid=gradviz-spinner]').hidden")
     assert page.errors == []
+
+
+# Edges drawn through a box they do not connect to (Cytoscape's drawn routes, sampled along each segment).
+CROSSING_JS = f"""() => {{
+  const cy = {ROOT}.__gradviz.cy;
+  const items = cy.nodes().map((n) => ({{ n, bb: n.boundingBox({{ includeLabels: false }}) }}));
+  const within = (a, b) => a.x1 >= b.x1 && a.x2 <= b.x2 && a.y1 >= b.y1 && a.y2 <= b.y2;
+  const out = [];
+  cy.edges().forEach((e) => {{
+    if (e.hasClass('ghost')) return;
+    const s = e.source(), t = e.target();
+    const pts = [e.sourceEndpoint(), ...(e.segmentPoints() || []), e.targetEndpoint()];
+    const hit = items.filter(({{ n, bb }}) => {{
+      if (n.same(s) || n.same(t)) return false;
+      if (n.data('kind') === 'expanded' && (within(s.boundingBox(), bb) || within(t.boundingBox(), bb))) return false;
+      const inner = {{ x1: bb.x1 + 2, y1: bb.y1 + 2, x2: bb.x2 - 2, y2: bb.y2 - 2 }};
+      for (let i = 1; i < pts.length; i++) for (let k = 1; k < 50; k++) {{
+        const a = pts[i - 1], b = pts[i], x = a.x + (b.x - a.x) * k / 50, y = a.y + (b.y - a.y) * k / 50;
+        if (x > inner.x1 && x < inner.x2 && y > inner.y1 && y < inner.y2) return true;
+      }}
+      return false;
+    }});
+    if (hit.length) out.push(`${{s.id()}} -> ${{t.id()}} through ${{hit.map((h) => h.n.id()).join(', ')}}`);
+  }});
+  return out;
+}}"""
+
+
+def test_edges_never_cut_through_boxes_after_opening_and_closing(browser: Any, tmp_path: Path) -> None:
+    """GPT-2 with tied embeddings: the wte.weight -> lm_head edge spans every block. After a click opens
+    blocks.3 (an incremental placement), and after it closes again, no edge may cross a box."""
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config(n_layer=8, n_head=2, d_model=32, vocab=101, block_size=16))
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model, batch=2)
+    payload = graph_payload(gv.trace(loss, model=model, capture=cap))
+    page = MountedPage(browser, tmp_path, {"graph_data": payload, "height": 800, "unfolded": [
+        f["id"] for f in payload.get("folds", [])]})
+    hook = f"{ROOT}.__gradviz"
+    page.js(f"async () => {hook}.idle()")
+    assert page.js(CROSSING_JS) == [], "first view"
+    for step, box in [("expand", "blocks.3"), ("expand", "blocks.3.attn"), ("collapse", "blocks.3.attn"),
+                      ("collapse", "blocks.3")]:
+        page.js(f"async (b) => {hook}.{step}(b)", box)
+        assert page.js(CROSSING_JS) == [], f"after {step} {box}"
+    assert page.errors == []

@@ -81,6 +81,7 @@ function afterLayout(ctx: Core, shown: number, options: { anchor?: Anchor; fit?:
   root.dataset.layoutMs = String(Math.round(view.lastLayoutMs));
   root.dataset.simpleLayout = String(view.simpleLayout);
   root.dataset.layoutIncremental = String(view.lastLayoutIncremental);
+  root.dataset.rerouted = String(view.rerouted);
   if (view.simpleLayout) {
     ctx.toolbar.setMessage(
       `Large graph: ${shown} items on screen, drawn with a plain layered layout (straight edges; open ` +

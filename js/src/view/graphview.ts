@@ -4,7 +4,7 @@ import type { Core, ElementDefinition, EventObject, NodeSingular, StylesheetJson
 import { collapsedLabel, expandedLabel, foldedLabel, ghostLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { BOX_PADDING } from "./elkgraph";
-import { findRegion, placeRegion, type Snapshot } from "./incremental";
+import { detourEdges, edgesThroughItems, findRegion, placeRegion, type Snapshot } from "./incremental";
 import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
 import { toSegments } from "./segments";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
@@ -53,6 +53,10 @@ export interface ShowOptions {
 }
 
 /** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
+/** Up to this many items an incremental placement is checked for edges through boxes (and laid out
+ *  in full when it has any); bigger views keep the fast placement. */
+const REROUTE_LIMIT = 1500;
+
 /** Zoom at which node text (FONT_SIZE 11) reads at 11 px: a fit below it says so. */
 export const READABLE_ZOOM = 1;
 /** Above this many elements, fits use the layout's own bounds instead of Cytoscape's. */
@@ -89,6 +93,9 @@ export class GraphView {
   /** Extra label variants to size a node for at layout (stepper "data | grad" lines). */
   private reserve: ((key: string) => string[][] | null) | null = null;
   private layoutScale: ((graph: VisibleGraph) => ReadonlyMap<string, number>) | null = null;
+  /** Edges the last incremental placement would have drawn through boxes (routed round, or the view
+   *  laid out in full when that was not enough). */
+  rerouted = 0;
   private invalidateOffsets: () => void;
   private container: HTMLElement;
   /** Pixels at the bottom of the canvas that a fit leaves free (the legend sits there). */
@@ -303,7 +310,17 @@ export class GraphView {
         const sub = await this.engine.layout(region.sub, sizeOf);
         if (generation !== this.generation) return null;
         const placed = placeRegion(prev, graph, region, sub, sizes);
-        if (placed) return { layout: placed.layout, incremental: true, simple: this.simple || this.engine.simple };
+        // Placement keeps everything else where it was, but an edge from outside the region is then a
+        // straight line that may cut through boxes (a tied weight across every block): when it does,
+        // the whole view is laid out again so ELK routes it round them.
+        let crossing = placed && graph.items.length <= REROUTE_LIMIT ? edgesThroughItems(graph, placed.layout, sizes) : [];
+        this.rerouted = crossing.length;
+        // First try to route just those edges round the drawing (everything else stays put); only if
+        // some still cross is the whole view laid out again.
+        if (placed && crossing.length && detourEdges(graph, placed.layout, sizes, crossing).length) {
+          crossing = edgesThroughItems(graph, placed.layout, sizes);
+        }
+        if (placed && !crossing.length) return { layout: placed.layout, incremental: true, simple: this.simple || this.engine.simple };
       }
     }
     const layout = await this.engine.layout(graph, sizeOf);

@@ -272,3 +272,93 @@ export function placeRegion(prev: Snapshot, next: VisibleGraph, region: Region, 
   }
   return { layout: { positions, boxes, routes }, offsets, old, now };
 }
+
+/** Edges of `layout` that pass through an item they do not connect to (a node, a closed box, a
+ *  stack, or an open box holding neither end), by edge key. Routes are followed bend by
+ *  bend; an edge without a route is the straight line between its ends (how it will be drawn). */
+export function edgesThroughItems(graph: VisibleGraph, layout: Layout, sizes: ReadonlyMap<string, Size>): string[] {
+  const rects = new Map<string, Rect>();
+  for (const item of graph.items) {
+    const r = rectOf(item.key, layout, sizes);
+    if (r) rects.set(item.key, r);
+  }
+  const parent = new Map<string, string | null>(graph.items.map((i) => [i.key, i.parent]));
+  const holds = (box: string, key: string): boolean => {
+    for (let k: string | null | undefined = key; k; k = parent.get(k)) if (k === box) return true;
+    return false;
+  };
+  const bad: string[] = [];
+  for (const e of graph.edges) {
+    if (e.ghost) continue;
+    const s = layout.positions.get(e.source);
+    const t = layout.positions.get(e.target);
+    if (!s || !t) continue;
+    const pts = layout.routes.get(e.key) ?? [s, t];
+    for (const [key, r] of rects) {
+      if (key === e.source || key === e.target || holds(key, e.source) || holds(key, e.target)) continue;
+      if (pts.some((p, i) => i > 0 && segmentCrosses(pts[i - 1], p, r))) {
+        bad.push(e.key);
+        break;
+      }
+    }
+  }
+  return bad;
+}
+
+/** Whether the segment a-b passes through the inside of rectangle r (2 px inset: touching is fine). */
+export function segmentCrosses(a: Point, b: Point, r: Rect): boolean {
+  const [x1, y1, x2, y2] = [r[0] + 2, r[1] + 2, r[2] - 2, r[3] - 2];
+  if (x1 >= x2 || y1 >= y2) return false;
+  // Liang-Barsky clipping: does any part of the segment lie inside the rectangle?
+  let t0 = 0;
+  let t1 = 1;
+  const dx = b.x - a.x;
+  const dy = b.y - a.y;
+  for (const [p, q] of [[-dx, a.x - x1], [dx, x2 - a.x], [-dy, a.y - y1], [dy, y2 - a.y]] as const) {
+    if (p === 0) {
+      if (q < 0) return false;
+      continue;
+    }
+    const t = q / p;
+    if (p < 0) t0 = Math.max(t0, t);
+    else t1 = Math.min(t1, t);
+    if (t0 > t1) return false;
+  }
+  return true;
+}
+
+/** Route each of `keys` round the whole drawing instead of through it: down out of its source, across
+ *  to a lane beside everything, down the lane, and across into its target from above (the way a
+ *  long skip connection is drawn by hand). Only for edges that run downwards; returns the ones routed. */
+export function detourEdges(graph: VisibleGraph, layout: Layout, sizes: ReadonlyMap<string, Size>, keys: readonly string[]): string[] {
+  const rects = graph.items.map((i) => rectOf(i.key, layout, sizes)).filter((r): r is Rect => !!r);
+  if (!rects.length) return [];
+  const minX = Math.min(...rects.map((r) => r[0]));
+  const maxX = Math.max(...rects.map((r) => r[2]));
+  const byKey = new Map(graph.edges.map((e) => [e.key, e]));
+  const routed: string[] = [];
+  let left = 0;
+  let right = 0;
+  for (const key of keys) {
+    const e = byKey.get(key);
+    const sr = e && rectOf(e.source, layout, sizes);
+    const tr = e && rectOf(e.target, layout, sizes);
+    if (!e || !sr || !tr || sr[3] + 16 > tr[1]) continue;
+    const sx = (sr[0] + sr[2]) / 2;
+    const tx = (tr[0] + tr[2]) / 2;
+    const onLeft = (sx + tx) / 2 - minX <= maxX - (sx + tx) / 2;
+    const lane = onLeft ? minX - 16 - 10 * left++ : maxX + 16 + 10 * right++;
+    const y1 = sr[3] + 8;
+    const y2 = tr[1] - 8;
+    layout.routes.set(key, [
+      { x: sx, y: sr[3] },
+      { x: sx, y: y1 },
+      { x: lane, y: y1 },
+      { x: lane, y: y2 },
+      { x: tx, y: y2 },
+      { x: tx, y: tr[1] },
+    ]);
+    routed.push(key);
+  }
+  return routed;
+}
