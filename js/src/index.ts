@@ -90,10 +90,14 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   // The first feature wins, so its rules go last.
   const restyle = (t: Theme): void => view.setStyles(t, [...features].reverse().flatMap((f) => f.styles?.(t) ?? []));
   restyle(theme);
+  let font = theme.fontFamily;
   const stopTheme = watchTheme(root, theme, (t) => {
     restyle(t);
     root.dataset.theme = t.dark ? "dark" : "light";
-    repaint(core); // legends and features' palettes follow
+    if (t.fontFamily !== font) {
+      font = t.fontFamily;
+      void relayout(core, {}); // node sizes are measured in the font
+    } else repaint(core); // legends and features' palettes follow
   });
   root.dataset.theme = theme.dark ? "dark" : "light";
 

@@ -204,3 +204,36 @@ def test_edges_never_cut_through_boxes_after_opening_and_closing(browser: Any, t
         page.js(f"async (b) => {hook}.{step}(b)", box)
         assert page.js(CROSSING_JS) == [], f"after {step} {box}"
     assert page.errors == []
+
+
+# Every drawn label measured in the font Cytoscape really uses, against its box (1 px slack).
+OVERFLOW_JS = f"""() => {{
+  const cy = {ROOT}.__gradviz.cy;
+  const c = document.createElement('canvas').getContext('2d');
+  const out = [];
+  cy.nodes().forEach((n) => {{
+    if (n.data('kind') === 'expanded') return;
+    c.font = `${{n.style('font-weight')}} ${{n.style('font-size')}} ${{n.style('font-family')}}`;
+    const w = Math.max(...String(n.data('label') || '').split('\\n').map((l) => c.measureText(l).width));
+    if (w > n.width() - 2 * 4 + 1) out.push([n.data('label'), Math.round(w), Math.round(n.width())]);
+  }});
+  return {{ out, family: cy.nodes().first().style('font-family') }};
+}}"""
+
+
+def test_labels_fit_their_boxes_in_jupyterlabs_quoted_font(browser: Any, gpt2_payload: dict[str, Any],
+                                                           tmp_path: Path) -> None:
+    """JupyterLab quotes font names with single quotes, which Cytoscape's parser refuses: it then drew in its
+    default font while sizes were measured in the theme's, and labels overflowed their boxes (issue 14, 3)."""
+    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "expanded": ["blocks.0", "blocks.0.attn"],
+                                           "height": 600})
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    serif = "'DejaVu Serif', 'Liberation Serif', serif"
+    page.js("""(f) => { document.body.style.setProperty('--jp-ui-font-family', f);
+                       document.body.dataset.jpThemeName = 'JupyterLab Light (serif)'; }""", serif)
+    page.page.wait_for_timeout(800)  # the theme watcher re-reads, restyles and lays out again
+    page.js(f"async () => {ROOT}.__gradviz.idle()")
+    got = page.js(OVERFLOW_JS)
+    assert "DejaVu Serif" in got["family"], f"Cytoscape did not take the theme's font: {got['family']}"
+    assert got["out"] == [], f"labels wider than their boxes: {got['out'][:5]}"
+    assert page.errors == []

@@ -94,7 +94,7 @@ export function readTheme(el: HTMLElement): Theme {
       frozen: hex(frozen),
       frozenFill: hex(mix(bg, frozen, dark ? 0.35 : 0.22)),
       ghost: hex(mix(bg, textMuted, 0.45)),
-      fontFamily: font || "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif",
+      fontFamily: canvasFont(font || 'system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif'),
       dark,
     };
   } finally {
@@ -106,4 +106,19 @@ export function readTheme(el: HTMLElement): Theme {
  *  the fills features derive from their hues. */
 export function tint(t: Theme, colour: string | Rgb, amount: number): string {
   return hex(mix(parseHex(t.background), typeof colour === "string" ? parseHex(colour) : colour, amount));
+}
+
+/** A font-family list Cytoscape accepts. Its style parser allows only word characters, hyphens, spaces,
+ *  double quotes and commas: JupyterLab's `--jp-ui-font-family` quotes names with single quotes
+ *  ('Segoe UI'), which Cytoscape rejected, drawing labels in its default font while node sizes were
+ *  measured in the theme's: wider text than box, clipped labels. */
+export function canvasFont(family: string): string {
+  const cleaned = family
+    .replace(/'/g, '"')
+    .replace(/[^\w\- ",]/g, "")
+    .split(",")
+    .map((f) => f.trim())
+    .filter((f) => f && f !== '""')
+    .join(", ");
+  return cleaned || "sans-serif";
 }
