@@ -285,9 +285,11 @@ FIRST_VIEW_JS = (
 }"""
 )
 
-# Check 6: WCAG contrast of every visible node's text against what is behind it: its own fill (alpha
-# composited over the canvas background), or for an open box's header (drawn above the box) the fill of
-# the open box around it, else the canvas background. The text colour's alpha is composited too.
+# Check 6: WCAG contrast of every visible node's text against what is behind it, as the eye gets it: its
+# own fill (alpha composited over the canvas background), or for an open box's header (drawn above the box)
+# the fill of the open box around it, else the canvas background; the text colour's alpha and text-opacity
+# composited on that, then both faded by the element's effective opacity. `inactive` marks what-if's pruned
+# nodes (faded on purpose: "does not run"), which WCAG exempts as inactive components; the test skips them.
 CONTRAST_JS = (
     "(root) => {\n" + HELPERS_JS + "\n  const cy = root.__gradviz.cy; const name = " + _LABEL + ";\n"
     """  const C = GVCHECK;
@@ -310,9 +312,12 @@ CONTRAST_JS = (
       if (parent) behind = fill(parent);
     } else behind = fill(n);
     const fg = C.parseColor(n.style('color'));
-    const text = C.over(fg, behind, fg[3] * parseFloat(n.style('text-opacity')));
-    out.push({ label: name(n), kind: n.data('kind'), ratio: +C.contrast(text, behind).toFixed(2),
-               color: n.style('color'), fill: `rgb(${behind.slice(0, 3).map(Math.round).join(', ')})` });
+    const o = n.effectiveOpacity();
+    const text = C.over(C.over(fg, behind, fg[3] * parseFloat(n.style('text-opacity'))), bg, o);
+    const under = n.data('kind') === 'expanded' ? behind : C.over(behind, bg, o);
+    out.push({ label: name(n), kind: n.data('kind'), ratio: +C.contrast(text, under).toFixed(2),
+               color: n.style('color'), opacity: o, inactive: n.hasClass('wi-pruned'),
+               fill: `rgb(${under.slice(0, 3).map(Math.round).join(', ')})` });
   }
   return { background: bg, nodes: out, theme: root.dataset.theme || null };
 }"""
