@@ -161,7 +161,9 @@ def test_names_are_text_never_html(browser: Any, tmp_path: Path) -> None:
     p.click_node("a")
     p.page.wait_for_timeout(200)
     assert p.dialogs == []
-    assert p.js("() => document.querySelectorAll('img, script:not([src]) ~ script, svg, b, i').length") == 0
+    assert p.js("() => document.querySelectorAll('img, script:not([src]) ~ script, b, i').length") == 0
+    # The only SVG is the page's own (stepper icons, key swatches: made with createElementNS, aria-hidden).
+    assert p.js("() => document.querySelectorAll('svg:not(.gradviz-icon):not(.gradviz-key-swatch)').length") == 0
     details = p.page.locator("[data-testid=gradviz-details]").inner_text()
     assert "<img src=x onerror=alert(1)>.weight" in details and "<script>alert(3)</script>" in details
     assert "<img src=n onerror=alert(6)> note" in p.page.locator("[data-testid=gradviz-notes]").inner_text()
