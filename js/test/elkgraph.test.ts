@@ -71,3 +71,20 @@ test("segment weights and distances rebuild the bend points", () => {
   assert.equal(seg.tep, "5.0px -15.0px");
   assert.equal(toSegments([s], s, e), null);
 });
+
+test("an open box is laid out at least as wide as its header (the minimum survives ELK's turn to DOWN)", async () => {
+  const graph = {
+    items: [
+      { type: "expanded", key: "c:box", parent: null },
+      { type: "node", key: "n:a", parent: "c:box" },
+      { type: "node", key: "n:b", parent: null },
+    ],
+    edges: [{ key: "a>b", source: "n:a", target: "n:b", count: 1, edges: [], ghost: false }],
+    counts: { nodes: 2, collapsed: 0, expanded: 1, folded: 0, edges: 1 },
+  } as unknown as Parameters<typeof toElk>[0];
+  const sizes = new Map([["c:box", { width: 300, height: 0 }], ["n:a", { width: 50, height: 20 }], ["n:b", { width: 50, height: 20 }]]);
+  const out = await new ELK().layout(toElk(graph, (k) => sizes.get(k)));
+  const box = out.children!.find((c) => c.id === "c:box")!;
+  assert.ok(box.width! >= 300, `box ${box.width} x ${box.height}`);
+  assert.ok(box.height! < 200, `the minimum went to the height: ${box.height}`);
+});

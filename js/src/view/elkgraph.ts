@@ -40,6 +40,14 @@ const ROOT_OPTIONS: Record<string, string> = {
   "elk.json.edgeCoords": "ROOT",
 };
 
+/** An open box is at least as wide as its header (`size.width`, measured; absent: no minimum). Layered
+ *  lays hierarchical graphs out sideways and turns them DOWN afterwards, so the minimum is given as
+ *  (height, width): js/test/elkgraph.test.ts checks the box really comes out that wide. */
+function minimumWidth(size: Size | undefined): Record<string, string> {
+  if (!size || !(size.width > 0)) return {};
+  return { "elk.nodeSize.constraints": "MINIMUM_SIZE", "elk.nodeSize.minimum": `(0,${Math.ceil(size.width)})` };
+}
+
 /** ELK's graph wrapping: a long layered graph is cut into columns side by side, aiming at this
  *  width / height (for pictures on slides and pages, not a tall strip). */
 const wrapOptions = (aspect: number): Record<string, string> => ({
@@ -49,7 +57,7 @@ const wrapOptions = (aspect: number): Record<string, string> => ({
 
 /** The ELK graph: expanded boxes nest their members; each edge lives in its endpoints' common box.
  *  `aspect` (width / height) wraps the layers into columns. */
-export function toElk(graph: VisibleGraph, sizeOf: (key: string) => Size, aspect: number | null = null): ElkNode {
+export function toElk(graph: VisibleGraph, sizeOf: (key: string) => Size | undefined, aspect: number | null = null): ElkNode {
   const root: ElkNode = { id: "__root__", layoutOptions: { ...ROOT_OPTIONS, ...(aspect ? wrapOptions(aspect) : {}) }, children: [], edges: [] };
   const elkOf = new Map<string, ElkNode>([["__root__", root]]);
   const parentOf = new Map<string, string>();
@@ -62,6 +70,7 @@ export function toElk(graph: VisibleGraph, sizeOf: (key: string) => Size, aspect
             edges: [],
             layoutOptions: {
               "elk.padding": `[top=${BOX_PADDING.top},left=${BOX_PADDING.side},bottom=${BOX_PADDING.side},right=${BOX_PADDING.side}]`,
+              ...minimumWidth(sizeOf(item.key)),
             },
           }
         : { id: item.key, ...sizeOf(item.key) };

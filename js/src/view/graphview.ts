@@ -156,7 +156,11 @@ export class GraphView {
     const generation = ++this.generation;
     const sizes = new Map<string, Size>();
     for (const item of graph.items) {
-      if (item.type === "expanded") continue;
+      if (item.type === "expanded") {
+        // An open box's header sits above it: the box is laid out at least that wide (height: ELK's).
+        sizes.set(item.key, { width: this.measure(item).width + 2 * BOX_PADDING.side, height: 0 });
+        continue;
+      }
       let size = this.measure(item);
       for (const lines of this.reserve?.(item.key) ?? []) {
         if (!lines.length) continue;
@@ -625,7 +629,7 @@ export class GraphView {
 
   private measure(item: VisibleItem): Size {
     const boxy = item.type === "collapsed" || item.type === "folded";
-    const bold = boxy || (item.type === "node" && item.node.kind === "root");
+    const bold = boxy || item.type === "expanded" || (item.type === "node" && item.node.kind === "root");
     return this.measureLabel(labelOf(item), bold, boxy);
   }
 

@@ -96,7 +96,7 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
       const lost = lostInside.get(item.key) ?? 0;
       if (lost > 0) add(item.key, WI.hasLost);
       else if (members > 0 && running === 0) add(item.key, WI.pruned);
-      if (lost > 0) labels.set(item.key, boxLabel("collapsed", "", `✖ ${lost} ${lost === 1 ? "loses" : "lose"} gradient`));
+      if (lost > 0) labels.set(item.key, boxLabel("", `✖ ${lost} ${lost === 1 ? "loses" : "lose"} gradient`));
       continue;
     }
     if (item.type !== "collapsed" && item.type !== "expanded") continue;
@@ -108,7 +108,7 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
     if (detachedCalls.has(item.call.id)) add(item.key, WI.detached);
     const marks = (frozenCalls.has(item.call.id) ? "❄ " : "") + (detachedCalls.has(item.call.id) ? "✂ " : "");
     const badge = lost > 0 ? `✖ ${lost} ${lost === 1 ? "loses" : "lose"} gradient` : "";
-    if (marks || badge) labels.set(item.key, boxLabel(item.type, marks, badge));
+    if (marks || badge) labels.set(item.key, boxLabel(marks, badge));
   }
   for (const e of graph.edges) {
     if (e.ghost || e.edges.length === 0) continue;
@@ -125,9 +125,8 @@ export function decorate(payload: GraphPayload, graph: VisibleGraph, state: What
   return { classes, labels, lostInside };
 }
 
-/** Marks go in front of the box's first line; the lost badge is a line of its own (collapsed) or
- *  follows the header (expanded). `{base}` is replaced by the view with the box's base label. */
-function boxLabel(type: "collapsed" | "expanded", marks: string, badge: string): string {
-  if (type === "collapsed") return marks + "{base}" + (badge ? "\n" + badge : "");
-  return marks + "{base}" + (badge ? " · " + badge : "");
+/** Marks go in front of the box's first line; the lost badge is a line of its own (on an open box too:
+ *  appended to the header it made it wider than the box). `{base}` is replaced by the view. */
+function boxLabel(marks: string, badge: string): string {
+  return marks + "{base}" + (badge ? "\n" + badge : "");
 }
