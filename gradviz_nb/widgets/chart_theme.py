@@ -48,7 +48,23 @@ _APPLY_JS = """
 const isDark = () => document.body.dataset.jpThemeLight === 'false'
     || document.body.classList.contains('vscode-dark') || document.body.classList.contains('vscode-high-contrast');
 let last = null;
+let observer = null;
+// Once the charts' notebook is closed their views are gone: setting properties then would send changes
+// over a closed comm ("Cannot send"). The follower stops as soon as no view of these models is on the page.
+const onPage = () => {
+    const index = window.Bokeh && window.Bokeh.index;
+    if (!index || typeof index.find_one !== 'function') return true;  // no view registry: cannot tell
+    for (const m of models) {
+        const v = index.find_one(m);
+        if (v && v.el) return v.el.isConnected;
+    }
+    return false;
+};
 const apply = () => {
+    if (last !== null && !onPage()) {
+        if (observer) observer.disconnect();
+        return;
+    }
     const k = isDark() ? 1 : 0;
     if (k === last) return;  // the observer also fires for unrelated class changes
     last = k;
@@ -58,8 +74,8 @@ const apply = () => {
     }
 };
 apply();
-new MutationObserver(apply).observe(document.body,
-                                    {attributes: true, attributeFilter: ['data-jp-theme-light', 'class']});
+observer = new MutationObserver(apply);
+observer.observe(document.body, {attributes: true, attributeFilter: ['data-jp-theme-light', 'class']});
 """
 
 

@@ -30,10 +30,17 @@ w""",
 ]
 
 # Client point of a drawn element (any key: "f:fold:...", "c:blocks.3", "n:n12").
+# The first view may show another part of the graph (the loss): scroll the element into view first, as a
+# user would.
 POINT = """(r, key) => {
-  const n = r.__gradviz.cy.getElementById(key);
+  const cy = r.__gradviz.cy;
+  const n = cy.getElementById(key);
   if (n.empty()) return null;
-  const p = n.renderedPosition();
+  let p = n.renderedPosition();
+  if (p.x < 30 || p.y < 30 || p.x > cy.width() - 30 || p.y > cy.height() - 40) {
+    cy.center(n);
+    p = n.renderedPosition();
+  }
   const c = r.querySelector('.gradviz-canvas').getBoundingClientRect();
   return { x: c.left + p.x, y: c.top + p.y };
 }"""

@@ -1,7 +1,7 @@
 // Cytoscape stylesheet. Element data carries `kind` (op, leaf, root, collapsed, expanded, folded),
 // `label`, `w`/`h` (measured label box) and, for edges, `count` (underlying tensor edges).
 import type { StylesheetJson } from "cytoscape";
-import type { Theme } from "./theme";
+import { contrast, readable, type Theme } from "./theme";
 
 export const FONT_SIZE = 11;
 export const LINE_HEIGHT = 14;
@@ -10,7 +10,7 @@ export const NODE_PAD = { x: 10, y: 7 };
 /** Sequential palette (ColorBrewer YlOrRd, 9 classes): small values pale yellow, large dark red. */
 export const HEAT = ["#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026"];
 /** Text colour readable on each palette colour. */
-export const HEAT_TEXT = HEAT.map((_, i) => (i < 5 ? "#1a1a1a" : "#ffffff"));
+export const HEAT_TEXT = HEAT.map((c) => (contrast("#1a1a1a", c) >= contrast("#ffffff", c) ? "#1a1a1a" : "#ffffff"));
 /** Fill for an exact zero (off a log scale). */
 export const HEAT_ZERO = "#d9d9d9";
 /** Marks and stepper highlights. */
@@ -170,7 +170,7 @@ export function stylesheet(t: Theme, featureRules: StylesheetJson = []): Stylesh
         "border-color": t.ghost,
         "border-style": "dashed",
         "border-width": 1.2,
-        color: t.ghost,
+        color: readable(t.ghost, t.background), // the border fades; the name must still read
         "font-style": "italic",
         events: "no",
       },

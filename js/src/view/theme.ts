@@ -122,3 +122,30 @@ export function canvasFont(family: string): string {
     .join(", ");
   return cleaned || "sans-serif";
 }
+
+/** WCAG relative luminance of "#rrggbb". */
+function relLum(c: string): number {
+  const lin = (v: number): number => {
+    const x = v / 255;
+    return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+  };
+  const [r, g, b] = parseHex(c);
+  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
+}
+
+/** WCAG contrast ratio of two "#rrggbb" colours (1 to 21). */
+export function contrast(a: string, b: string): number {
+  const [x, y] = [relLum(a), relLum(b)].sort((p, q) => q - p);
+  return (x + 0.05) / (y + 0.05);
+}
+
+/** `fg`, moved toward white (on a dark `bg`) or black (on a light one) just enough for `min`:1 contrast
+ *  (WCAG AA is 4.5): a hue stays recognisable (red stays red) and the text stays readable. */
+export function readable(fg: string, bg: string, min = 4.5): string {
+  const towards: Rgb = relLum(bg) < 0.2 ? [255, 255, 255] : [0, 0, 0];
+  for (let t = 0; t <= 1.0001; t += 0.05) {
+    const c = hex(mix(parseHex(fg), towards, t));
+    if (contrast(c, bg) >= min) return c;
+  }
+  return hex(towards);
+}

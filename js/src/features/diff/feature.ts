@@ -4,7 +4,7 @@
 import type { StylesheetJson } from "cytoscape";
 import type { GraphDiff } from "../../payload";
 import { withUnit } from "../../state/numbers";
-import { tint, type Theme } from "../../view/theme";
+import { readable, tint, type Theme } from "../../view/theme";
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature, LegendSpec } from "../../core/feature";
 import { repaint } from "../../core/paint";
@@ -107,13 +107,13 @@ function diffStyles(t: Theme, p: ReturnType<typeof diffPalette>): StylesheetJson
     { selector: "node.df-added", style: { "background-color": p.addedFill, "border-color": p.added, "border-width": 2.5, "border-style": "solid" } },
     {
       selector: "node.df-removed",
-      style: { "background-color": p.removedFill, "border-color": p.removed, "border-width": 2.5, "border-style": "dashed", color: p.removed, "font-style": "italic" },
+      style: { "background-color": p.removedFill, "border-color": p.removed, "border-width": 2.5, "border-style": "dashed", color: readable(p.removed, p.removedFill), "font-style": "italic" },
     },
     { selector: "node.df-changed", style: { "background-color": p.changedFill, "border-color": p.changed, "border-width": 2.5, "border-style": "solid" } },
-    { selector: 'node.df-added[kind = "expanded"]', style: { "background-color": t.expandedFill, "border-opacity": 1, color: p.added } },
+    { selector: 'node.df-added[kind = "expanded"]', style: { "background-color": t.expandedFill, "border-opacity": 1, color: readable(p.added, t.background) } },
     { selector: 'node.df-removed[kind = "expanded"]', style: { "background-color": t.expandedFill, "border-opacity": 1 } },
-    { selector: "node.df-box", style: { "border-color": p.changed, "border-width": 2.5, "border-opacity": 1, "border-style": "solid", color: p.changed } },
+    { selector: "node.df-box", style: { "border-color": p.changed, "border-width": 2.5, "border-opacity": 1, "border-style": "solid", color: readable(p.changed, t.boxFill) } },
     { selector: "node.df-gained", style: { "border-color": p.added, "border-width": 5, "border-style": "double" } },
-    { selector: "node.df-lost", style: { "border-color": p.removed, "border-width": 5, "border-style": "double", color: p.removed } },
+    { selector: "node.df-lost", style: { "border-color": p.removed, "border-width": 5, "border-style": "double", color: readable(p.removed, t.leafFill) } },
   ];
 }

@@ -4,7 +4,7 @@
 import type { StylesheetJson } from "cytoscape";
 import type { Toggles, WhatIfAnswer } from "../../payload";
 import { h } from "../../panels/dom";
-import type { Theme } from "../../view/theme";
+import { readable, type Theme } from "../../view/theme";
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature } from "../../core/feature";
 import { repaint } from "../../core/paint";
@@ -181,13 +181,13 @@ function whatIfStyles(t: Theme): StylesheetJson {
     { selector: "node.wi-frozen.wi-lost", style: { "border-color": t.danger, "border-width": 3.5 } },
     {
       selector: 'node.wi-detached[kind = "op"]',
-      style: { "border-color": t.danger, "border-width": 2.5, "border-style": "dashed", opacity: 1, color: t.danger },
+      style: { "border-color": t.danger, "border-width": 2.5, "border-style": "dashed", opacity: 1, color: readable(t.danger, t.panelAlt) },
     },
     {
       selector: 'node.wi-haslost[kind = "collapsed"], node.wi-haslost[kind = "folded"]',
-      style: { "border-color": t.danger, "border-width": 3, "border-style": "solid", color: t.danger, opacity: 1 },
+      style: { "border-color": t.danger, "border-width": 3, "border-style": "solid", color: readable(t.danger, t.boxFill), opacity: 1 },
     },
-    { selector: 'node.wi-haslost[kind = "expanded"]', style: { "border-color": t.danger, "border-width": 2, "border-opacity": 1, color: t.danger } },
+    { selector: 'node.wi-haslost[kind = "expanded"]', style: { "border-color": t.danger, "border-width": 2, "border-opacity": 1, color: readable(t.danger, t.background) } },
     {
       selector: "edge.wi-partcut",
       style: { "line-color": t.danger, "target-arrow-color": t.danger, "line-style": "dashed", "line-dash-pattern": [2, 4] },
@@ -202,7 +202,7 @@ function whatIfStyles(t: Theme): StylesheetJson {
         "line-dash-pattern": [6, 4],
         width: 2.5,
         label: "data(cutLabel)",
-        color: t.danger,
+        color: readable(t.danger, t.background),
         "font-size": 13,
         "font-weight": "bold",
         "text-background-opacity": 1,
