@@ -499,11 +499,16 @@ export class GraphView {
     return client(hit ?? candidates[0]);
   }
 
+  /** The canvas changed size (a wider cell, a side panel opening): keep what was in the middle in the
+   *  middle, so the view does not slide off to one side. */
   resize(): void {
+    const before = { w: this.cy.width(), h: this.cy.height() };
     this.cy.resize();
+    const dw = this.cy.width() - before.w;
+    const dh = this.cy.height() - before.h;
+    if (before.w > 0 && before.h > 0 && (dw || dh) && this.cy.elements().nonempty()) this.cy.panBy({ x: dw / 2, y: dh / 2 });
   }
 
-  /** What-if mode: edges (tensors) take clicks, with Cytoscape's hit tolerance around the line. */
   /** A theme and the features' Cytoscape rules for it (from `Feature.styles`, in stylesheet order). */
   setStyles(theme: Theme, featureRules: StylesheetJson): void {
     this.theme = theme;
