@@ -82,15 +82,6 @@ export const diff: FeatureFactory<DiffHooks> = (core: Core, slots): Feature<Diff
       return deco ? { classes: deco.classes, labels: deco.labels } : null;
     },
     legend: () => (current && palette ? { spec: legendSpec(current, palette) } : null),
-    // The first view shows a change (the first changed, added or removed node), not an unchanged loss.
-    focus() {
-      if (!current) return null;
-      for (const kind of ["changed", "added", "removed"] as const) {
-        const id = Object.keys(current.status).find((k) => current?.status[k] === kind);
-        if (id) return `n:${id}`;
-      }
-      return null;
-    },
     tooltip: (key) => (current && deco ? diffText(current, deco, key) : ""),
     details(node) {
       const st = current?.status[node.id];

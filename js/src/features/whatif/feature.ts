@@ -136,12 +136,6 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
       return { classes: wi.deco.classes, labels: wi.deco.labels };
     },
     painted: updatePanel,
-    // With toggles set, the first view shows the first leaf that loses its gradient.
-    focus() {
-      const state = wi.state ?? evaluate(core.payload, wi.toggles);
-      const lost = state.answer.lost[0];
-      return lost ? `n:${lost}` : null;
-    },
     click(key, kind, shift) {
       // In what-if mode a click toggles (leaf: freeze, op: detach, box: detach, shift: freeze).
       if (!wi.mode || kind === "root" || kind === "ghost" || kind === "folded") return false;
