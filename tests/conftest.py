@@ -22,9 +22,23 @@ if str(HERE) not in sys.path:
 
 _TIERS = {"unit": ("unit",), "page": ("page", "browser"), "lab": ("lab", "browser")}
 
+# The one list of what the quick loop (`pytest -m "not slow"`) leaves out: every browser tier, and the unit
+# files that build a wheel, run notebooks, launch torchrun or compile with inductor.
+SLOW_TIERS = {"page", "lab"}
+SLOW_FILES = {
+    "test_wheel.py",
+    "test_notebooks.py",
+    "test_ddp.py",
+    "test_fsdp2.py",
+    "test_distributed.py",
+    "test_compile.py",
+}
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
         for marker in _TIERS.get(parts[0], ()) if parts else ():
             item.add_marker(getattr(pytest.mark, marker))
+        if parts and (parts[0] in SLOW_TIERS or parts[-1] in SLOW_FILES):
+            item.add_marker(pytest.mark.slow)
