@@ -1,0 +1,111 @@
+"""Writing a file safely, in one place: check the path first, write a temp file beside it, then rename.
+
+Every writer of gradviz_nb (``save_html``/``export_html``, ``save_png``, ``save_svg``, ``to_graphml``,
+``GradientMonitor.save``) goes through :func:`target` and :func:`write_atomic`:
+
+- :func:`target` checks the path before anything is rendered: a string or ``os.PathLike``, an existing
+  directory to hold it, not itself a directory, and a suffix of the format written. It raises
+  :class:`GradvizError` naming the argument and what it accepts.
+- :func:`write_atomic` writes the content to a temp file in the target's directory and ``os.replace``-s it
+  over the target, so a reader sees the old file or the new one, never a truncated one. If producing the
+  content fails midway (a rendering error, a full disk), the temp file is removed and an existing file is
+  left exactly as it was.
+
+Example::
+
+    out = target("path", path, (".png",), "save_png")      # before the browser starts
+    data = render()                                          # may raise: nothing written yet
+    write_atomic(out, data)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import secrets
+import stat
+from collections.abc import Callable, Sequence
+from typing import IO
+
+from gradviz_nb.errors import GradvizError
+
+__all__ = ["target", "write_atomic"]
+
+Content = bytes | str | Callable[[IO[bytes]], None]
+"""What :func:`write_atomic` writes: bytes, text (UTF-8), or a function writing to a binary file object."""
+
+
+def _shown(path: object) -> str:
+    text = repr(os.fspath(path)) if isinstance(path, str | os.PathLike) else repr(path)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def target(name: str, path: object, suffixes: Sequence[str], who: str) -> pathlib.Path:
+    """``path`` checked for writing one file of a format whose names end in one of ``suffixes``.
+
+    ``name`` is the argument's name and ``who`` the function's, both used in the message. Nothing is created
+    or opened: this runs before any rendering, so a bad path costs nothing and changes nothing.
+    """
+    accepted = " or ".join(repr(s) for s in suffixes)
+    want = f"a file path ending in {accepted}, in an existing directory"
+    if isinstance(path, bytes) or not isinstance(path, str | os.PathLike):
+        raise GradvizError(f"{who}: {name} must be {want}; got {_shown(path)} ({type(path).__name__}).")
+    raw = os.fspath(path)
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
+        raise GradvizError(f"{who}: {name} must be {want}; got {_shown(path)}.")
+    out = pathlib.Path(raw).expanduser()
+    if out.is_dir():
+        raise GradvizError(f"{who}: {name} {_shown(raw)} is a directory; {name} must be {want}, "
+                           f"e.g. {str(out / ('out' + suffixes[0]))!r}.")
+    if out.suffix.lower() not in {s.lower() for s in suffixes}:
+        raise GradvizError(f"{who}: {name} must be {want}; {_shown(raw)} ends in "
+                           f"{out.suffix or '(no suffix)'!r}.")
+    parent = out.parent
+    if not parent.exists():
+        raise GradvizError(f"{who}: {name} {_shown(raw)}: the directory {str(parent)!r} does not exist; "
+                           f"create it first (pathlib.Path({str(parent)!r}).mkdir(parents=True)).")
+    if not parent.is_dir():
+        raise GradvizError(f"{who}: {name} {_shown(raw)}: {str(parent)!r} is a file, not a directory; "
+                           f"{name} must be {want}.")
+    return out
+
+
+def write_atomic(path: pathlib.Path, content: Content, who: str) -> pathlib.Path:
+    """Write ``content`` to ``path`` through a temp file in the same directory and ``os.replace``.
+
+    ``path`` should come from :func:`target`. A symlink is written through (the link stays, its target
+    changes). The new file gets the old file's permission bits, or the usual ones (0o666 less the umask).
+    Any failure (``content`` raising, an ``OSError``) removes the temp file and leaves ``path`` untouched;
+    an ``OSError`` is raised as :class:`GradvizError`. Returns ``path``.
+    """
+    final = pathlib.Path(os.path.realpath(path)) if path.is_symlink() else path
+    tmp = final.parent / f".{final.name}.{secrets.token_hex(6)}.tmp"
+    try:
+        # os.open with 0o666 lets the umask decide the bits, as a plain open(path, "w") would
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as err:
+        raise GradvizError(f"{who}: cannot write in {str(final.parent)!r}: {err.strerror or err}. "
+                           "Choose a directory you can write to.") from err
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if isinstance(content, bytes):
+                f.write(content)
+            elif isinstance(content, str):
+                f.write(content.encode("utf-8"))
+            else:
+                content(f)
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(OSError):
+            if final.exists():
+                os.chmod(tmp, stat.S_IMODE(final.stat().st_mode))
+        os.replace(tmp, final)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise GradvizError(f"{who}: writing {str(final)!r} failed ({err.strerror or err}); "
+                               "nothing was changed.") from err
+        raise
+    return path
