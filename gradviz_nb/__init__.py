@@ -8,6 +8,7 @@ Example::
     gv.GraphWidget(loss, model=model, capture=cap)
 """
 
+from gradviz_nb._version import __version__ as __version__
 from gradviz_nb.analysis.diff import GraphDiff, diff
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
 from gradviz_nb.doctor import Diagnosis, Finding, doctor
@@ -52,7 +53,6 @@ __all__ = [
     "unwatch",
     "watch",
 ]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:

@@ -21,6 +21,7 @@ import pathlib
 from typing import Any
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.files import target, write_atomic
 from gradviz_nb.widgets.page.state import Snapshot, page_snapshot
 
 BUNDLE = pathlib.Path(__file__).parent.parent / "static" / "widget.js"
@@ -149,7 +150,7 @@ def page_html(snap: Snapshot, title: str | None = None) -> str:
     if not BUNDLE.exists():
         raise GradvizError("export_html: the front-end bundle gradviz_nb/static/widget.js is missing; "
                            "run `npm --prefix js ci && npm --prefix js run build`.")
-    from gradviz_nb import __version__
+    from gradviz_nb._version import __version__
 
     answers = ""
     if snap.answers["load"]:  # lazy: every box's load reply, for the fake model
@@ -167,10 +168,12 @@ def page_html(snap: Snapshot, title: str | None = None) -> str:
 
 
 def write_html(snap: Snapshot, path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
-    """Write the page of ``snap`` to ``path``; returns the path written."""
-    out = pathlib.Path(path)
-    out.write_text(page_html(snap, title), encoding="utf-8")
-    return out
+    """Write the page of ``snap`` to ``path`` (checked first, written atomically: ``gradviz_nb.files``);
+    returns the path written."""
+    out = target("path", path, (".html", ".htm"), "save_html")
+    # A lone surrogate in a name is not UTF-8: backslashreplace writes it as \udXXX, which the page's JSON
+    # reads back as the same character and HTML text shows as visible text.
+    return write_atomic(out, page_html(snap, title).encode("utf-8", "backslashreplace"), "save_html")
 
 
 def export_html(source: Any, path: str | os.PathLike[str], title: str | None = None, **traits: Any) -> pathlib.Path:
@@ -188,6 +191,7 @@ def export_html(source: Any, path: str | os.PathLike[str], title: str | None = N
         gv.export_html(gv.diff(before, after), "diff.html")
         widget.save_html("view.html")     # the same, from a widget
     """
+    target("path", path, (".html", ".htm"), "export_html")  # before any work: a bad path costs nothing
     try:
         snap = page_snapshot(source, **traits)
     except GradvizError as err:
