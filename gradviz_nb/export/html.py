@@ -167,13 +167,14 @@ def page_html(snap: Snapshot, title: str | None = None) -> str:
     )
 
 
-def write_html(snap: Snapshot, path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
+def write_html(snap: Snapshot, path: str | os.PathLike[str], title: str | None = None,
+               who: str = "save_html") -> pathlib.Path:
     """Write the page of ``snap`` to ``path`` (checked first, written atomically: ``gradviz_nb.files``);
     returns the path written."""
-    out = target("path", path, (".html", ".htm"), "save_html")
+    out = target("path", path, (".html", ".htm"), who)
     # A lone surrogate in a name is not UTF-8: backslashreplace writes it as \udXXX, which the page's JSON
     # reads back as the same character and HTML text shows as visible text.
-    return write_atomic(out, page_html(snap, title).encode("utf-8", "backslashreplace"), "save_html")
+    return write_atomic(out, page_html(snap, title).encode("utf-8", "backslashreplace"), who)
 
 
 def export_html(source: Any, path: str | os.PathLike[str], title: str | None = None, **traits: Any) -> pathlib.Path:
@@ -196,4 +197,4 @@ def export_html(source: Any, path: str | os.PathLike[str], title: str | None = N
         snap = page_snapshot(source, **traits)
     except GradvizError as err:
         raise GradvizError(f"export_html: {err}") from None
-    return write_html(snap, path, title)
+    return write_html(snap, path, title, who="export_html")

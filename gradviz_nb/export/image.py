@@ -20,6 +20,8 @@ from typing import Any
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.html import write_html
+from gradviz_nb.files import target, write_atomic
+from gradviz_nb.validate import finite_number
 from gradviz_nb.widgets.page.state import page_snapshot
 
 CHROMIUM = os.environ.get("GRADVIZ_CHROMIUM", "/usr/bin/chromium")
@@ -75,9 +77,21 @@ def _evaluate(page_file: pathlib.Path, script: str, arg: Any, width: int) -> Any
             browser.close()
 
 
-def _check_aspect(aspect: float | None) -> None:
-    if aspect is not None and not (isinstance(aspect, int | float) and 0.1 <= aspect <= 10):
-        raise GradvizError(f"aspect is the picture's width / height (e.g. 16 / 9), between 0.1 and 10; got {aspect!r}.")
+MAX_SCALE = 10
+"""``save_png``'s largest ``scale``: beyond it even a small graph's canvas outgrows what Chromium draws."""
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_aspect(aspect: object) -> float | None:
+    if aspect is None:
+        return None
+    return finite_number("aspect", aspect, lo=0.1, hi=10,
+                         hint="aspect is the picture's width / height (e.g. 16 / 9), or None for the view's own.")
+
+
+def _check_scale(scale: object) -> float:
+    return finite_number("scale", scale, lo=0, lo_open=True, hi=MAX_SCALE,
+                         hint="scale multiplies the resolution (2: twice the on-screen size).")
 
 
 # With an aspect, the view is laid out again in columns (ELK's graph wrapping) before the picture.
@@ -88,18 +102,29 @@ def save_png(view: Any, path: str | os.PathLike[str], scale: float = 2, aspect: 
     """Write the whole current view (all of it, not just what fits) as PNG at ``scale`` x resolution.
     ``aspect`` (width / height, e.g. ``16 / 9``) lays a long graph out in columns that fit a slide,
     instead of one tall strip."""
-    _check_aspect(aspect)
+    try:
+        scale, aspect = _check_scale(scale), _check_aspect(aspect)
+    except GradvizError as err:
+        raise GradvizError(f"save_png: {err}") from None
+    out = target("path", path, (".png",), "save_png")
     script = f"async ([scale, aspect]) => {{ {_WRAP} return {HOOK}.toPNG(scale); }}"
     data_url: str = in_page(view, script, [scale, aspect])
-    out = pathlib.Path(path)
-    out.write_bytes(base64.b64decode(data_url.split(",", 1)[1]))
-    return out
+    png = base64.b64decode(data_url.split(",", 1)[1]) if isinstance(data_url, str) and "," in data_url else b""
+    if not png.startswith(_PNG_SIGNATURE):  # "data:," when the canvas is larger than the browser draws
+        raise GradvizError(f"save_png: the browser drew no picture at scale={scale:g} (the view is too large "
+                           "for its canvas); try a smaller scale. Nothing was written.")
+    return write_atomic(out, png, "save_png")
 
 
 def save_svg(view: Any, path: str | os.PathLike[str], aspect: float | None = None) -> pathlib.Path:
     """Write the whole current view as SVG: module boxes, nodes with their labels as text, edges with arrows.
     ``aspect`` as in :func:`save_png`."""
-    _check_aspect(aspect)
-    out = pathlib.Path(path)
-    out.write_text(in_page(view, f"async (aspect) => {{ {_WRAP} return {HOOK}.toSVG(); }}", aspect), encoding="utf-8")
-    return out
+    try:
+        aspect = _check_aspect(aspect)
+    except GradvizError as err:
+        raise GradvizError(f"save_svg: {err}") from None
+    out = target("path", path, (".svg",), "save_svg")
+    svg = in_page(view, f"async (aspect) => {{ {_WRAP} return {HOOK}.toSVG(); }}", aspect)
+    if not isinstance(svg, str) or "<svg" not in svg:
+        raise GradvizError("save_svg: the page returned no SVG. Nothing was written.")
+    return write_atomic(out, svg.encode("utf-8", "backslashreplace"), "save_svg")
