@@ -10,8 +10,7 @@ unverifiable rather than guessed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import AutogradGraph, capture, trace
 
 OpTensor = tuple[int, int]  # (k-th Python-level torch call, j-th tensor output)
@@ -91,24 +91,14 @@ def _shape(shape: object) -> str:
     return f" (shape {list(shape)})" if isinstance(shape, (list, tuple)) else ""
 
 
-@contextmanager
-def restored(model: nn.Module | None, tensors: Iterable[torch.Tensor]) -> Iterator[None]:
-    """Put back ``requires_grad``, the very ``.grad`` objects and every module's training mode."""
-    tensors = list({id(t): t for t in tensors}.values())
-    saved = [(t, t.requires_grad, t.grad) for t in tensors]
-    modes = [(m, m.training) for m in model.modules()] if model is not None else []
-    try:
-        yield
-    finally:
-        for t, requires_grad, grad in saved:
-            t.requires_grad_(requires_grad)
-            t.grad = grad
-        for m, training in modes:
-            m.training = training
-
-
 class Rerunnable:
-    """A loss function traced once, and re-run on demand with detaches and freezes applied."""
+    """A loss function traced once, and re-run on demand with detaches and freezes applied.
+
+    Every run of ``fn`` (the first, traced one and each verification) happens inside
+    :func:`~gradviz_nb.probes.sandbox.sandbox`: parameters, buffers (BatchNorm statistics), ``.grad``
+    (the same objects), ``requires_grad``, modes, hooks and the RNGs end as they were, also when ``fn``
+    raises or is interrupted.
+    """
 
     def __init__(
         self,
@@ -122,7 +112,7 @@ class Rerunnable:
             self.tensors.update(model.named_parameters(remove_duplicate=False))
         self._rng = torch.get_rng_state()
         numbering = OpNumbering()
-        with restored(model, self.tensors.values()):
+        with sandbox(model, tensors=self.tensors.values()):
             if model is not None:
                 with capture(model) as cap, numbering:
                     loss = self._call()
@@ -167,7 +157,7 @@ class Rerunnable:
                                 f"checked: {UNREACHABLE}")
         predicted = self.graph.what_if(cut, frozen)
         lost_ids = set(predicted.lost_ids)
-        with restored(self.model, self.tensors.values()):
+        with sandbox(self.model, tensors=self.tensors.values()):
             for t in self.tensors.values():
                 t.grad = None
             for leaf in frozen:
