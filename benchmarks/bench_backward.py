@@ -4,7 +4,7 @@
 
 Times (process CPU time, median of repeats, interleaved) on the GPT-2 124M demo model:
 plain ``loss.backward(retain_graph=True)`` vs ``gv.record_backward(loss, model=model)`` on the same graph,
-and the naive per-node ``.norm().item()`` hook recorder NOTES.md measured at 2.7x, for reference.
+and the naive per-node ``.norm().item()`` hook recorder (measured at 2.7x on these machines), for reference.
 """
 
 from __future__ import annotations

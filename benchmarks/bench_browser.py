@@ -1,10 +1,10 @@
-"""Browser benchmark (issue 7): the exported widget page in headless Chromium, at growing graph sizes.
+"""Browser benchmark: the exported widget page in headless Chromium, at growing graph sizes.
 
 Run from the repository root (needs the built bundle, Playwright and Chromium at /usr/bin/chromium)::
 
     python benchmarks/bench_browser.py                       # 48x256, ~500, ~5,000, ~50,000 nodes
     python benchmarks/bench_browser.py --sizes 500,5000      # chosen sizes only
-    python benchmarks/bench_browser.py --sizes 48x256        # issue 7's target model only
+    python benchmarks/bench_browser.py --sizes 48x256        # the big-graph target model only
 
 A size is a target number of autograd nodes (GPT-2 with d_model 32, 2 heads, n_layer picked to hit it,
 as in ``bench_scale.py``) or ``LAYERSxWIDTH`` (e.g. ``48x256``: 48 blocks, d_model 256, 4 heads: issue

@@ -1,4 +1,4 @@
-"""Lazy payload benchmark (issue 7): skeleton size and build time, chunk time, against the eager payload.
+"""Lazy payload benchmark: skeleton size and build time, chunk time, against the eager payload.
 
 Run from the repository root::
 

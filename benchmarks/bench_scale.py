@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 7): trace time, Python memory and payload size against graph size.
+"""Scale benchmark: trace time, Python memory and payload size against graph size.
 
 Run from the repository root::
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KINDS", "Diagnosis", "Finding"]
 
-# The one vocabulary of finding kinds (DESIGN.md), in the order a reader should fix them.
+# The one vocabulary of finding kinds, in the order a reader should fix them.
 KINDS = ("nan-origin", "inplace", "stale-grad", "not-in-optimizer", "not-a-parameter", "frozen", "detached",
          "data-access", "unused-parameter", "no-grad", "mode", "dead-adapter", "exploding", "vanishing", "spike",
          "nan")

@@ -78,7 +78,7 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
         self.graph.observe(self._on_graph_select, names="selected")
         # Graph on top at the cell's full width, charts below it stretching to the same width: measured at
         # 1000, 1400 and 1920 px, side by side left the graph (and its toolbar) under 450 px at 1400 px and
-        # the charts too narrow for their layer names; stacked, both get the whole width (issue 14).
+        # the charts too narrow for their layer names; stacked, both get the whole width.
         self.graph.layout = ipywidgets.Layout(width="100%")
         self.charts.layout = ipywidgets.Layout(width="100%")
         self.info.layout = ipywidgets.Layout(width="100%")

@@ -228,7 +228,7 @@ class GraphWidget(anywidget.AnyWidget):
         self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run
         return {}
 
-    # --- static fallback (gradviz_nb/widgets/static_fallback.py; issue 15) ---------------------------
+    # --- static fallback (gradviz_nb/widgets/static_fallback.py) -------------------------------------
     def _ipython_display_(self) -> None:
         """Show the widget, then a hidden static SVG of the graph that only front ends unable to draw the
         widget reveal (nbconvert HTML offline, a notebook reopened without widget state)."""

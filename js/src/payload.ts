@@ -90,7 +90,7 @@ export interface GraphPayload {
   /** Detached / frozen tensors seen in the forward pass but absent from the backward graph. */
   ghosts: GhostTensor[];
   meta: GraphMeta;
-  /** Lazy mode (big graphs, issue 7): present when `nodes` holds full records only for the calls in
+  /** Lazy mode (big graphs): present when `nodes` holds full records only for the calls in
    *  `loaded` and `edges` is empty; the page rebuilds the whole graph from this compact wiring, with
    *  placeholder records for nodes not loaded yet, and asks for a call's records (`LoadRequest`)
    *  before it draws that call open. Absent: `nodes` and `edges` are complete (eager mode). */

@@ -1,4 +1,4 @@
-"""Checks of what a person sees on the graph canvas (issue 14), measured in the page.
+"""Checks of what a person sees on the graph canvas, measured in the page.
 
 Each check is a JavaScript function evaluated on one widget's `.gradviz-root` element (through
 `root.__gradviz.cy`, the Cytoscape instance), with a small Python wrapper that runs it on a Playwright

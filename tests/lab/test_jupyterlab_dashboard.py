@@ -113,7 +113,7 @@ def _check_fit(nb: LabNotebook, cell: int, figures: dict[str, dict], names: list
             assert t["width"] <= t["room"], f"title {t['text']!r} of {name} clipped: {t['width']:.0f} > {t['room']}"
         report.append(f"{name} {f['width']:.0f}/{out['width']:.0f} px ({f['width'] / out['width']:.0%})")
     widest = max(figures[n]["width"] for n in names)
-    if viewport >= 1920:  # issue 14: the charts stayed 340 px wide in a 1800 px cell
+    if viewport >= 1920:  # the charts once stayed 340 px wide in a 1800 px cell
         assert widest >= 0.6 * out["width"], report
     assert min(figures[n]["width"] for n in names) >= 300, report  # readable at 1000 px too
     return ", ".join(report)

@@ -1,4 +1,4 @@
-"""End-to-end in a real JupyterLab (issue 7): a lazy widget gets a box's nodes from the kernel through
+"""End-to-end in a real JupyterLab: a lazy widget gets a box's nodes from the kernel through
 anywidget's custom messages when the box is opened, folds its repeated blocks into one stack, and
 reveals a node Python selects. The page tests (tests/page/test_frontend_scale.py) cover the same page with
 the exported page's stand-in model; this is the real comm."""

@@ -1,4 +1,4 @@
-"""End-to-end in a real JupyterLab: what-if toggles (issue 3) and the backward stepper (issue 4)."""
+"""End-to-end in a real JupyterLab: what-if toggles and the backward stepper."""
 
 from __future__ import annotations
 

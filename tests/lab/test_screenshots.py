@@ -1,4 +1,4 @@
-"""The screenshot suite (issue 14, "How to prove it"): the notebooks run top to bottom in a real JupyterLab,
+"""The screenshot suite: the notebooks run top to bottom in a real JupyterLab,
 every graph widget and Bokeh output photographed in the light and the dark theme at 1000 and 1920 px wide,
 into build/screenshots/<notebook>_<cell>_<theme>_<width>.png, with automatic checks measured in the page
 (tests/lab/canvas_checks.py): labels inside their boxes, edges clear of boxes they do not connect, the loss
@@ -13,7 +13,7 @@ views, the doctor), all run in ONE JupyterLab page: 199-325 s depending on the m
 08_distributed (a torchrun job whose only output is a monitor chart, as in 04). GRADVIZ_SCREENSHOTS=all adds 06.
 The partial verification no notebook shows is three extra cells appended to the suite's copy of 02_what_if.
 
-A check that fails on today's canvas carries `xfail(strict=True, reason="issue 14 point N: <measured>")`: the
+A check that fails on today's canvas carries `xfail(strict=True, reason="canvas check: <measured>")`: the
 suite stays green, and turns red the moment the canvas is fixed without removing the mark.
 """
 
@@ -60,7 +60,7 @@ SUBSET = [n for n in ALL_NOTEBOOKS if n != "06_big_models"]
 NOTEBOOKS = ALL_NOTEBOOKS if os.environ.get("GRADVIZ_SCREENSHOTS") == "all" else SUBSET
 
 # A cell no notebook has: a partial verification (one detach replayed, one inside F.linear that cannot be),
-# then the same widget with the replayable detach only (complete: green). The case of issue 14, point 4.
+# then the same widget with the replayable detach only (complete: green). The partial-verify case.
 VERIFY_CELLS = [
     """\
 import torch
@@ -364,7 +364,7 @@ def test_screenshots_of_every_widget(runs: dict[str, Run], notebook: str) -> Non
 
 
 # ------------------------------------------------------------------------------------------------
-# The checks (issue 14, "How to prove it"), one test per check and notebook.
+# The checks, one test per check and notebook.
 # ------------------------------------------------------------------------------------------------
 
 _MEASURED: dict[str, Any] = {}
@@ -390,7 +390,7 @@ def _fmt(items: list[Any], n: int = 6) -> str:
 
 
 def xfail(point: int, what: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 14 point {point}: {what}")
+    return pytest.mark.xfail(strict=True, reason=f"canvas check {point}: {what}")
 
 
 def _nb(notebook: str, fails: dict[str, pytest.MarkDecorator]) -> Any:

@@ -1,4 +1,4 @@
-"""Values and gradients in the details panel of a plain graph (issue 14, point 9), on a real traced model's
+"""Values and gradients in the details panel of a plain graph , on a real traced model's
 payload: a small leaf's values with their statistics, a large leaf's first values and statistics, and each
 leaf's ``.grad`` as it was when traced, all matching torch."""
 

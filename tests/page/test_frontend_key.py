@@ -1,4 +1,4 @@
-"""The key (issue 14, point 8): what blue leaves, grey ops, the bold root, dashed and double-bordered
+"""The key: what blue leaves, grey ops, the bold root, dashed and double-bordered
 boxes, ghosts and "×2" edges mean. Hidden by default, a "?" opens it, and its swatches are drawn in the
 colours the canvas really uses, in the light and the dark theme (switched live)."""
 

@@ -1,4 +1,4 @@
-"""Issue 7 in the built bundle (headless Chromium, the fake model of exported pages):
+"""Big graphs in the built bundle (headless Chromium, the fake model of exported pages):
 
 - lazy mode: a page given the skeleton (``LazyGraph.skeleton``) asks for call contents as boxes open,
   the fake model answers from ``LazyGraph.all_chunks()``, and after the same expansions it draws

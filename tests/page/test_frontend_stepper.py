@@ -240,7 +240,7 @@ def test_jump_to_first_nonfinite_gradient(browser: Any, tmp_path: Path) -> None:
 
 
 def test_stepper_buttons_draw_svg_icons_not_font_glyphs(browser: Any, tmp_path: Path) -> None:
-    # Issue 14: a stock headless Chromium has no ⏸ glyph and drew "▯"; the icons are inline SVG paths.
+    # A stock headless Chromium has no ⏸ glyph and drew "▯"; the icons are inline SVG paths.
     p = Page(browser, tmp_path, fixture("recording_scalar.json"))
     play = p.page.locator("[data-testid=gradviz-step-play]")
     icons = "(id) => [...document.querySelector(`[data-testid=${id}]`).querySelectorAll('svg path')].length"

@@ -1,4 +1,4 @@
-"""The first view and the theme (issue 14, points 2 and 5): labels readable at the first view's zoom, the
+"""The first view and the theme: labels readable at the first view's zoom, the
 loss on screen, the height following the content, an honest word when Fit is too small to read, and a
 live theme switch that restyles the canvas with readable contrast."""
 
@@ -224,7 +224,7 @@ OVERFLOW_JS = f"""() => {{
 def test_labels_fit_their_boxes_in_jupyterlabs_quoted_font(browser: Any, gpt2_payload: dict[str, Any],
                                                            tmp_path: Path) -> None:
     """JupyterLab quotes font names with single quotes, which Cytoscape's parser refuses: it then drew in its
-    default font while sizes were measured in the theme's, and labels overflowed their boxes (issue 14, 3)."""
+    default font while sizes were measured in the theme's, and labels overflowed their boxes."""
     page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "expanded": ["blocks.0", "blocks.0.attn"],
                                            "height": 600})
     page.js(f"async () => {ROOT}.__gradviz.idle()")

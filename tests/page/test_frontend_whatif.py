@@ -325,7 +325,7 @@ def partial_verification() -> tuple[Any, dict[str, Any], dict[str, Any]]:
 
 
 def test_partial_verification_is_amber_and_names_what_was_not_replayed(browser: Any, tmp_path: Path) -> None:
-    # Issue 14: the banner was green ("1 leaf loses gradient, as predicted") while the headline predicted 2,
+    # Seen in review: the banner was green ("1 leaf loses gradient, as predicted") while the headline predicted 2,
     # and named the cut it could not replay "n2:0".
     _, partial, full = partial_verification()
     state = {k: partial[k] for k in ("graph_data", "toggles", "verified", "can_verify")}

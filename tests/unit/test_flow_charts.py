@@ -1,4 +1,4 @@
-"""The Bokeh charts' data and encodings (issue 14): zero and None gradients drawn as such, one distinct
+"""The Bokeh charts' data and encodings: zero and None gradients drawn as such, one distinct
 encoding per verdict with its word beside the row, short layer names, colour scales that never collapse,
 flagged steps on the monitor chart, stretching figures, and the light/dark theme switch."""
 

@@ -1,4 +1,4 @@
-"""Lazy payloads and fold groups (issue 7), without a browser.
+"""Lazy payloads and fold groups, without a browser.
 
 The skeleton plus every chunk, put together as the page does (placeholder records replaced by chunk
 records, edges from the wiring and the chunks' edge shapes), must give the eager payload exactly.

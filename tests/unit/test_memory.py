@@ -140,7 +140,7 @@ def test_table_overlay_and_per_module_totals() -> None:
     assert format_bytes(1536) == "1.5 KiB" and format_bytes(12) == "12 B"
 
 
-# -- checkpointing: what PyTorch really keeps (issue 11, item 2) ----------------------------------------
+# -- checkpointing: what PyTorch really keeps ----------------------------------------------------------
 
 
 def _gpt2_12(mode: str | None) -> tuple[GPT2, Forward]:

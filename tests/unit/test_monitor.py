@@ -162,7 +162,7 @@ def test_live_chart_updates() -> None:
     mon.close()
 
 
-# -- issue 11: verdicts, each against what PyTorch really does -------------------------------------------
+# -- verdicts, each against what PyTorch really does -------------------------------------------
 
 
 def _batch(seed: int, d_in: int = 4, d_out: int = 3) -> tuple[torch.Tensor, torch.Tensor]:

@@ -146,7 +146,7 @@ def test_errors_in_fn_are_reported_not_raised() -> None:
 
 
 def test_partial_verification_on_a_real_model_names_what_was_not_replayed() -> None:
-    # Issue 14: the headline predicted 2 lost leaves, one detach could not be replayed, and the banner
+    # Seen in review: the headline predicted 2 lost leaves, one detach could not be replayed, and the banner
     # said "1 leaf loses gradient, as predicted" in green, naming the cut "n2:0".
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))

@@ -1,4 +1,4 @@
-"""Lazy payloads for big graphs (issue 7): a compact skeleton first, a call's records when it opens.
+"""Lazy payloads for big graphs: a compact skeleton first, a call's records when it opens.
 
 A 50,000-node graph's eager payload (:func:`gradviz_nb.widgets.page.graph`) is ~25 MB of
 JSON. In lazy mode the page first gets a skeleton (:func:`lazy_payload`): every module call, ghost,
