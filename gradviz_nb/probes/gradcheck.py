@@ -31,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing.capture import Capture, _sequence_counter
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.tracing.trace import trace_with_nodes
@@ -119,7 +120,9 @@ def gradcheck(fn: Callable[..., Any], inputs: torch.Tensor | Sequence[Any], *, e
         res.wrong[0].op, res.wrong[0].input      # ("MyMulBackward", 1)
         widget.overlay = res      # the wrong nodes flagged on the graph
     """
-    return _Session(fn, _copy_inputs(fn, inputs, model), eps, atol, rtol, model).check()
+    args = _copy_inputs(fn, inputs, model)
+    with sandbox(model):  # fn runs many times: BatchNorm statistics, RNGs, hooks, .grad come back as they were
+        return _Session(fn, args, eps, atol, rtol, model).check()
 
 
 def _copy_inputs(fn: Any, inputs: Any, model: nn.Module | None) -> tuple[Any, ...]:

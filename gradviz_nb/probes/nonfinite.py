@@ -30,9 +30,11 @@ every op is watched while ``fn`` runs, forward and backward alike, by a ``TorchD
   parameter (an optimizer step), a value read into Python (``loss.item()``), or what ``fn`` returns.
   Of the births that reached one of those, the earliest is returned.
 
-Hooks, the mode and the wrappers are removed when ``fn`` returns or raises; ``fn`` runs for real, so
-``.grad`` and parameters are whatever ``fn`` makes them. Limits: tensor subclasses (DTensor, fake
-tensors), sparse and nested tensors are not checked; on GPU each check waits for the device.
+Hooks, the mode and the wrappers are removed when ``fn`` returns or raises. ``fn`` runs for real, inside
+the probes' sandbox (:mod:`gradviz_nb.probes.sandbox`): afterwards parameters, buffers, ``.grad`` (the same
+objects), ``requires_grad``, modes, hooks, RNGs and the ``optimizer`` given are as they were. Limits:
+tensor subclasses (DTensor, fake tensors), sparse and nested tensors are not checked; on GPU each check
+waits for the device.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.sandbox import sandbox
 
 __all__ = ["CAUSES", "InputInfo", "NonFinite", "Site", "find_nonfinite"]
 
@@ -662,7 +665,8 @@ class _Patched:
         torch.autograd.grad = self.saved["grad"]
 
 
-def find_nonfinite(fn: Callable[[], Any], model: nn.Module | None = None) -> NonFinite | None:
+def find_nonfinite(fn: Callable[[], Any], model: nn.Module | None = None, *,
+                   optimizer: torch.optim.Optimizer | None = None) -> NonFinite | None:
     """Run ``fn`` once and return the first op whose NaN/Inf reached the loss or the training state.
 
     ``fn`` is a zero-argument callable doing what one training step does, e.g.
@@ -671,7 +675,9 @@ def find_nonfinite(fn: Callable[[], Any], model: nn.Module | None = None) -> Non
     called names its submodules. Returns ``None`` when no NaN/Inf reached the loss, a gradient, a parameter,
     a value read with ``.item()`` or ``fn``'s return value: masks filled with ``-inf`` that a softmax turns
     finite are not findings. If ``fn`` raises, the exception propagates, with a note naming the origin
-    found so far. See the module docstring for how it works and what it costs.
+    found so far. Whatever ``fn`` changed is put back afterwards (parameters, buffers, ``.grad``, RNGs,
+    modes, hooks; the state of ``optimizer`` when ``fn`` steps it), also when it raises. See the module
+    docstring for how it works and what it costs.
 
     Example::
 
@@ -692,9 +698,10 @@ def find_nonfinite(fn: Callable[[], Any], model: nn.Module | None = None) -> Non
     if missing:
         raise GradvizError(f"torch {torch.__version__} lacks {', '.join(missing)}, which find_nonfinite needs to tell "
                            "backward from forward (torch 2.13 has them).")
-    watch, returned = _watched_run(fn, model)
-    watch.check(returned, "the value fn returned")
-    return watch.result()
+    with sandbox(model, optimizer=optimizer):  # fn runs for real; what it changes comes back
+        watch, returned = _watched_run(fn, model)
+        watch.check(returned, "the value fn returned")
+        return watch.result()
 
 
 def _watched_run(fn: Callable[[], Any], model: nn.Module | None) -> tuple[_Watch, Any]:

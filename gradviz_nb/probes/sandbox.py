@@ -27,7 +27,8 @@ optimizer's param groups, DDP buckets, tied weights keep working):
 - the RNG states of torch (CPU, and CUDA when initialised), Python's ``random`` and NumPy;
 - global torch modes: grad mode, anomaly detection, default dtype, the ``TorchFunctionMode`` and
   ``TorchDispatchMode`` stacks (modes left pushed are popped), the saved-tensor hooks stack, and the
-  ``torch.autograd.backward`` / ``torch.Tensor.backward`` functions (a probe may wrap them).
+  ``torch.autograd.backward`` / ``torch.autograd.grad`` / ``torch.Tensor.backward`` functions (probes wrap
+  them).
 
 Comparisons come before copies: a tensor whose values did not change is not written, so its version
 counter does not move and a graph the user still holds stays usable.
@@ -213,7 +214,7 @@ class Snapshot:
         self._function_modes = torch._C._len_torch_function_stack()
         self._dispatch_modes = torch._C._len_torch_dispatch_stack()
         self._saved_hooks: tuple[Any, ...] | None = torch._C._autograd._top_saved_tensors_default_hooks(True)
-        self._backward = (torch.autograd.backward, torch.Tensor.backward)
+        self._backward = (torch.autograd.backward, torch.autograd.grad, torch.Tensor.backward)
 
     # -- names for comparisons ---------------------------------------------------------------------------
     def _named(self, kind: str) -> list[_TensorState]:
@@ -292,7 +293,7 @@ class Snapshot:
         torch.set_grad_enabled(self._grad_enabled)
         torch.set_anomaly_enabled(*self._anomaly)
         torch.set_default_dtype(self._dtype)
-        torch.autograd.backward, torch.Tensor.backward = self._backward  # type: ignore[method-assign]
+        torch.autograd.backward, torch.autograd.grad, torch.Tensor.backward = self._backward  # type: ignore[method-assign]
 
     def _restore_hooks(self) -> None:
         for h in self._handles:

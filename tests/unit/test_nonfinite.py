@@ -211,10 +211,11 @@ def test_backward_only_inf_sqrt_at_zero() -> None:
         loss_value.append(float(loss.detach()))
         loss.backward()
 
-    nf = gv.find_nonfinite(step, model=model)
-    # truth: the loss is finite, the weight's gradient is not, and anomaly mode (NaN only) says nothing
+    step()  # truth: the loss is finite, the weight's gradient is not, and anomaly mode (NaN only) says nothing
     assert math.isfinite(loss_value[0]) and not torch.isfinite(model[0].weight.grad).all()
-    assert nf is not None
+    model.zero_grad(set_to_none=True)
+    nf = gv.find_nonfinite(step, model=model)
+    assert nf is not None and model[0].weight.grad is None  # the step's gradient was put back to None
     assert (nf.phase, nf.op, nf.node, nf.module, nf.cause) == (
         "backward", "aten.div", "SqrtBackward0", "1", "division by zero")
     assert nf.line == _line_of(SqrtNorm.forward, "torch.sqrt")
@@ -313,9 +314,15 @@ def test_optimizer_step_writes_inf_into_a_parameter() -> None:
         opt.step()
 
     before = copy.deepcopy(model)
-    nf = gv.find_nonfinite(step, model=model)
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters())  # gradients were finite
-    assert not torch.isfinite(model.weight).all() and torch.isfinite(before.weight).all()  # the step overflowed
+    plain = copy.deepcopy(model)  # PyTorch's truth, from a plain run of the same step on a copy
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=1e38)
+    plain_opt.zero_grad()
+    plain(x).sum().backward()
+    plain_opt.step()
+    assert all(torch.isfinite(p.grad).all() for p in plain.parameters())  # gradients were finite
+    assert not torch.isfinite(plain.weight).all() and torch.isfinite(before.weight).all()  # the step overflowed
+    nf = gv.find_nonfinite(step, model=model, optimizer=opt)
+    assert torch.equal(model.weight, before.weight) and not opt.state  # the step was undone, momenta too
     assert nf is not None and nf.cause == "overflow" and nf.phase == "forward"
     assert any(r.startswith("parameter weight") for r in nf.reached)
 
@@ -349,8 +356,10 @@ def test_healthy_cnn() -> None:
     torch.manual_seed(0)
     model = ResNet18Like()
     x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
-    assert gv.find_nonfinite(lambda: nn.functional.cross_entropy(model(x), y).backward(), model=model) is None
+    nn.functional.cross_entropy(model(x), y).backward()  # PyTorch's truth: finite gradients
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    model.zero_grad(set_to_none=True)
+    assert gv.find_nonfinite(lambda: nn.functional.cross_entropy(model(x), y).backward(), model=model) is None
 
 
 def test_minus_inf_causal_mask_is_healthy() -> None:
@@ -365,9 +374,9 @@ def test_minus_inf_causal_mask_is_healthy() -> None:
 
     watch, _ = _watched_run(step, model)
     assert watch.births and not watch.reached  # the mask's -inf was seen and did not reach
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())  # the plain run's truth
     model.zero_grad(set_to_none=True)
     assert gv.find_nonfinite(step, model=model) is None
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
 
 
 def test_finfo_min_mask_and_sum_overflow_are_healthy() -> None:
@@ -454,15 +463,18 @@ def test_finite_check_agrees_with_isfinite(dtype: torch.dtype) -> None:
         assert _finite(t) == bool(torch.isfinite(t).all()), (dtype, t)
 
 
-def test_state_left_alone_and_grads_as_a_plain_run() -> None:
+def test_state_left_alone_and_grads_put_back() -> None:
     model, step, x, y = _log_case()
     plain = copy.deepcopy(model)
-    nn.functional.cross_entropy(plain(x), y).backward()  # fn runs for real: .grad as a plain run leaves it
+    nn.functional.cross_entropy(model(x), y).backward()  # the user's gradients before the check
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    values = {n: g.clone() for n, g in grads.items() if g is not None}
     before = _state()
-    nf = gv.find_nonfinite(step, model=model)
+    nf = gv.find_nonfinite(step, model=model)  # fn runs for real, in the sandbox
     assert nf is not None and _state() == before
     for (n, p), q in zip(model.named_parameters(), plain.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, equal_nan=True, msg=n)
+        assert p.grad is grads[n]  # the very same gradient objects, with their old values
+        torch.testing.assert_close(p.grad, values[n], rtol=0, atol=0, equal_nan=True, msg=n)
         assert torch.equal(p, q) and p.requires_grad
 
 
