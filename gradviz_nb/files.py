@@ -11,6 +11,11 @@ Every writer of gradviz_nb (``save_html``/``export_html``, ``save_png``, ``save_
   content fails midway (a rendering error, a full disk), the temp file is removed and an existing file is
   left exactly as it was.
 
+Reading goes the other way round, in :func:`load_torch`: a file ``torch.save`` wrote is checked to be what
+it claims (a zip archive of stored, uncompressed records no larger than the file) before ``torch.load``
+(``weights_only``) reads it, so a crafted file cannot make it allocate more than the file holds, and any
+failure is one :class:`GradvizError`.
+
 Example::
 
     out = target("path", path, (".png",), "save_png")      # before the browser starts
@@ -25,12 +30,13 @@ import os
 import pathlib
 import secrets
 import stat
+import zipfile
 from collections.abc import Callable, Sequence
-from typing import IO
+from typing import IO, Any
 
 from gradviz_nb.errors import GradvizError
 
-__all__ = ["target", "write_atomic"]
+__all__ = ["load_torch", "target", "write_atomic"]
 
 Content = bytes | str | Callable[[IO[bytes]], None]
 """What :func:`write_atomic` writes: bytes, text (UTF-8), or a function writing to a binary file object."""
@@ -109,3 +115,35 @@ def write_atomic(path: pathlib.Path, content: Content, who: str) -> pathlib.Path
                                "nothing was changed.") from err
         raise
     return path
+
+
+def load_torch(path: object, who: str, what: str) -> Any:
+    """What ``torch.save`` wrote to ``path``, read with ``torch.load(weights_only=True)`` after checking the file.
+
+    The archive must be a zip of stored records (what ``torch.save`` writes) whose sizes add up to no more
+    than the file's own size: a compressed or legacy-format file, whose records could unpack to far more
+    memory than the file takes, is refused before anything is read. Every failure, a missing file included,
+    is one :class:`GradvizError` saying that ``path`` is not ``what`` (e.g. "a GradientMonitor.save file").
+    """
+    import torch
+
+    if isinstance(path, bytes) or not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise GradvizError(f"{who}: path must be the path of {what}; got {_shown(path)} ({type(path).__name__}).")
+    file = pathlib.Path(os.fspath(path)).expanduser()
+    if not file.is_file():
+        state = "is a directory" if file.is_dir() else "does not exist"
+        raise GradvizError(f"{who}: {str(file)!r} {state}; path must be the path of {what}.")
+    not_it = f"{who}: {str(file)!r} is not {what}"
+    try:
+        size = file.stat().st_size
+        with zipfile.ZipFile(file) as archive:
+            records = archive.infolist()
+        if any(r.compress_type != zipfile.ZIP_STORED for r in records) or \
+                sum(r.file_size for r in records) > size:
+            raise GradvizError(f"{not_it} (its records are compressed or larger than the file).")
+        return torch.load(file, weights_only=True, map_location="cpu")
+    except GradvizError:
+        raise
+    except Exception as err:  # a foreign file can fail anywhere in the readers: zip, pickle, storage
+        raise GradvizError(f"{not_it} ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''})."
+                           ) from err

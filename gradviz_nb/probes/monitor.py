@@ -35,6 +35,7 @@ from typing import Any, TypeAlias
 import torch
 from torch import nn
 
+from gradviz_nb import files
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.flow import Flag, GradientFlow, gradient_flow
 from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
@@ -938,9 +939,13 @@ class GradientMonitor:
         self.close()
 
     def save(self, path: str | Path) -> None:
-        """Write the history (records, layers, per-rank data, events, clipping counts) to ``path``."""
+        """Write the history (records, layers, per-rank data, events, clipping counts) to ``path`` (``.pt``).
+
+        The path is checked first and the file written atomically (``gradviz_nb.files``): a failure leaves an
+        existing file as it was."""
+        out = files.target("path", path, (".pt", ".pth"), "GradientMonitor.save")
         k, n = self.clipped
-        torch.save({
+        saved = {
             "version": SAVE_VERSION, "stats": list(STATS), "layers": self.layers, "every": self.every,
             "capacity": self.capacity, "stride": self.stride, "steps_seen": self.steps_seen, "count": self._count,
             "hist": self._hist[: self._count].clone(), "steps": self._steps[: self._count].clone(),
@@ -948,30 +953,33 @@ class GradientMonitor:
             "events": [(s, f.kind, f.target, f.reason, list(f.params)) for s, f in self.events],
             "clip": [k, n, self.max_norm], "scale_used": self.scale_used, "amp_skipped": self.amp_skipped,
             "thresholds": asdict(self.thresholds),
-        }, path)
+        }
+        files.write_atomic(out, lambda f: torch.save(saved, f), "GradientMonitor.save")
 
     @classmethod
     def load(cls, path: str | Path) -> GradientMonitor:
         """A read-only monitor holding the history saved by :meth:`save` (charts and summary work).
 
         Reads files of every version: version 1 (before the ``update`` stat, with ``stale`` events) too.
+        The whole file is checked before anything is allocated (:func:`_checked_save`); a file that is not
+        one :meth:`save` wrote raises one :class:`GradvizError`. A loaded monitor records nothing more, so its
+        buffers hold the saved records only (``capacity`` is kept as a number).
         """
-        data = torch.load(path, weights_only=True)
-        version = data.get("version", 1)
-        if version > SAVE_VERSION:
-            raise GradvizError(f"{path} was saved by a newer gradviz_nb (format {version}); upgrade to read it.")
+        data = _checked_save(files.load_torch(path, "GradientMonitor.load", "a GradientMonitor.save file"), path)
         saved_stats = data.get("stats", ["norm", "max_abs", "ratio", "missing"])
         th = MonitorThresholds(**data["thresholds"]) if "thresholds" in data else None
-        mon = cls(None, every=data["every"], capacity=data["capacity"], thresholds=th)
+        mon = cls(None, every=data["every"], capacity=max(data["count"], 2), thresholds=th)
+        mon.capacity = data["capacity"]
         mon.layers = list(data["layers"])
         mon.stride, mon.steps_seen, mon._count = data["stride"], data["steps_seen"], data["count"]
         cols = [STATS.index(s) for s in saved_stats]
-        mon._hist = torch.full((mon.capacity, len(mon.layers), len(STATS)), math.nan)
+        rows = max(mon._count, 2)
+        mon._hist = torch.full((rows, len(mon.layers), len(STATS)), math.nan)
         mon._hist[: mon._count, :, cols] = data["hist"]
         mon._steps[: mon._count] = data["steps"]
         if data["rank_hist"] is not None:
             rh = data["rank_hist"]
-            mon._rank_hist = torch.full((mon.capacity, *rh.shape[1:-1], len(STATS)), math.nan)
+            mon._rank_hist = torch.full((rows, *rh.shape[1:-1], len(STATS)), math.nan)
             mon._rank_hist[: mon._count, :, :, cols] = rh
         for s, kind, target, reason, params in data["events"]:
             mon.events.append((s, Flag("stale-grad" if kind == "stale" else kind, target, reason, tuple(params))))
@@ -980,6 +988,96 @@ class GradientMonitor:
         mon.scale_used = data.get("scale_used")
         mon.amp_skipped = list(data.get("amp_skipped", []))
         return mon
+
+
+_SAVED_KEYS = {"version", "stats", "layers", "every", "capacity", "stride", "steps_seen", "count", "hist", "steps",
+               "rank_hist", "events", "clip", "scale_used", "amp_skipped", "thresholds"}
+_SAVED_REQUIRED = {"layers", "every", "capacity", "stride", "steps_seen", "count", "hist", "steps", "rank_hist",
+                   "events"}
+_MAX_SAVED_CAPACITY = 2**40
+
+
+def _checked_save(data: Any, path: object) -> dict[str, Any]:
+    """``data`` (what ``torch.load`` read from a :meth:`GradientMonitor.save` file) if every field has the type,
+    shape and range :meth:`GradientMonitor.load` relies on; else one :class:`GradvizError` naming the field."""
+
+    def bad(what: str) -> GradvizError:
+        return GradvizError(f"GradientMonitor.load: {str(path)!r} is not a GradientMonitor.save file ({what}).")
+
+    def whole(key: str, lo: int, hi: int = 2**62) -> int:
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise bad(f"{key!r} must be a whole number from {lo} to {hi}, got {_short(value)}")
+        return value
+
+    def strings(value: Any, key: str) -> list[str]:
+        if not isinstance(value, list | tuple) or not all(isinstance(s, str) for s in value):
+            raise bad(f"{key!r} must be a list of strings")
+        return list(value)
+
+    def number(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, int | float)
+
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise bad(f"it holds a {type(data).__name__}, not the saved history")
+    if set(data) - _SAVED_KEYS or _SAVED_REQUIRED - set(data):
+        raise bad(f"unknown fields {sorted(set(data) - _SAVED_KEYS)}, missing {sorted(_SAVED_REQUIRED - set(data))}")
+    version = whole("version", 1, 2**31) if "version" in data else 1
+    if version > SAVE_VERSION:
+        raise GradvizError(f"{path} was saved by a newer gradviz_nb (format {version}); upgrade to read it.")
+    stats = strings(data.get("stats", ["norm", "max_abs", "ratio", "missing"]), "stats")
+    if not stats or len(set(stats)) != len(stats) or not set(stats) <= set(STATS):
+        raise bad(f"'stats' must be distinct names from {STATS}")
+    layers = strings(data["layers"], "layers")
+    whole("every", 1)
+    capacity = whole("capacity", 2, _MAX_SAVED_CAPACITY)
+    whole("stride", 1)
+    whole("steps_seen", 0)
+    count = whole("count", 0, capacity)
+    for key, dims in (("hist", (count, len(layers), len(stats))), ("steps", (count,))):
+        value = data[key]
+        floating = key == "hist"
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided or \
+                value.is_floating_point() != floating or value.is_complex() or value.dtype == torch.bool or \
+                tuple(value.shape) != dims:
+            raise bad(f"{key!r} must be a {'float' if floating else 'integer'} tensor of shape {list(dims)}")
+    rank_hist = data["rank_hist"]
+    if rank_hist is not None and not (
+            isinstance(rank_hist, torch.Tensor) and rank_hist.layout == torch.strided
+            and rank_hist.is_floating_point() and rank_hist.dim() == 4 and rank_hist.shape[0] == count
+            and rank_hist.shape[1] >= 1 and tuple(rank_hist.shape[2:]) == (len(layers), len(stats))):
+        raise bad(f"'rank_hist' must be None or a float tensor of shape [{count}, ranks, {len(layers)}, {len(stats)}]")
+    events = data["events"]
+    kinds = {*MONITOR_KINDS, "stale"}
+    if not isinstance(events, list | tuple) or not all(
+            isinstance(e, list | tuple) and len(e) == 5 and isinstance(e[0], int) and not isinstance(e[0], bool)
+            and e[1] in kinds and isinstance(e[2], str) and isinstance(e[3], str)
+            and isinstance(e[4], list | tuple) and all(isinstance(p, str) for p in e[4]) for e in events):
+        raise bad("'events' must be a list of (step, kind, target, reason, parameters)")
+    if "clip" in data:
+        clip = data["clip"]
+        if not (isinstance(clip, list | tuple) and len(clip) == 3 and all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in clip[:2])
+                and (clip[2] is None or number(clip[2]))):
+            raise bad("'clip' must be [hits, steps, max_norm]")
+    if data.get("scale_used") is not None and not number(data["scale_used"]):
+        raise bad("'scale_used' must be a number or None")
+    skipped = data.get("amp_skipped", [])
+    if not isinstance(skipped, list | tuple) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                        for s in skipped):
+        raise bad("'amp_skipped' must be a list of step numbers")
+    if "thresholds" in data:
+        th, fields = data["thresholds"], MonitorThresholds.__dataclass_fields__
+        if not isinstance(th, dict) or not set(th) <= set(fields) or not all(
+                (isinstance(v, int) if fields[k].type in ("int", int) else number(v) and math.isfinite(v))
+                and not isinstance(v, bool) for k, v in th.items()):
+            raise bad(f"'thresholds' must hold numbers for {sorted(fields)}")
+    return data
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _values(g: torch.Tensor) -> torch.Tensor:
