@@ -148,7 +148,9 @@ class GraphWidget(anywidget.AnyWidget):
 
         ``fn`` computes and returns the loss; it is run once now (with module capture) and again for
         each verification, with frozen parameters' ``requires_grad`` off and chosen tensors detached.
-        The model ends exactly as it began (``requires_grad``, ``.grad``, training mode). Example::
+        The model ends exactly as it began: each run is in the probes' sandbox (parameters, buffers,
+        the same ``.grad`` objects, ``requires_grad``, modes, hooks, RNGs; :mod:`gradviz_nb.probes.sandbox`),
+        also when ``fn`` raises. Example::
 
             w = gv.GraphWidget.from_fn(lambda: criterion(model(x), y), model=model)
             w.toggles = {"detach": ["call:blocks.3"], "freeze": []}
