@@ -8,6 +8,7 @@ lists exactly them, and validates real traces against them with :func:`schema_pr
 """
 
 
+import functools
 import types
 import typing
 from typing import Any, Literal, NotRequired, Required, TypedDict, Union
@@ -136,8 +137,13 @@ def schema_problems(graph: nx.DiGraph, limit: int = 20) -> list[str]:
     return problems[:limit] + ([f"... and {len(problems) - limit} more"] if len(problems) > limit else [])
 
 
+@functools.cache
+def _hints(schema: type) -> dict[str, Any]:
+    return typing.get_type_hints(schema)  # once per record type: from_json checks every node
+
+
 def _check(record: dict[str, Any], schema: type, where: str) -> list[str]:
-    hints = typing.get_type_hints(schema)
+    hints = _hints(schema)
     required: frozenset[str] = getattr(schema, "__required_keys__", frozenset(hints))
     unknown = sorted(set(record) - set(hints))
     missing = sorted(required - set(record))
