@@ -45,9 +45,13 @@ def _fail(name: str, want: str, value: object, hint: str = "") -> GradvizError:
 
 
 def _range(lo: float | None, hi: float | None, lo_open: bool = False, hi_open: bool = False) -> str:
-    parts = ([f"{'>' if lo_open else '>='} {lo:g}"] if lo is not None else []) + (
-        [f"{'<' if hi_open else '<='} {hi:g}"] if hi is not None else [])
+    parts = ([f"{'>' if lo_open else '>='} {_number(lo)}"] if lo is not None else []) + (
+        [f"{'<' if hi_open else '<='} {_number(hi)}"] if hi is not None else [])
     return " and ".join(parts)
+
+
+def _number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
 
 
 def positive_int(name: str, value: object, *, lo: int = 1, hi: int | None = None, hint: str = "") -> int:

@@ -4,6 +4,9 @@ finding the user's model and optimizer inside the wrappers a framework puts arou
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -11,6 +14,29 @@ import torch
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.monitor import GradientMonitor, MonitorThresholds
+from gradviz_nb.validate import boolean, given, instance, positive_int
+
+
+def check_callback_args(every: object, flags: Mapping[str, object], tensorboard: object, thresholds: object,
+                        monitor_kwargs: Mapping[str, object]) -> int:
+    """A callback's constructor arguments, checked when it is made (not at the first training step):
+    ``every`` a whole number >= 1, the switches True/False, ``tensorboard`` True/False or a directory,
+    and ``monitor_kwargs`` only :class:`GradientMonitor`'s own keywords. Returns ``every``."""
+    every = positive_int("every", every, hint="It is the optimizer steps between records.")
+    for name, value in flags.items():
+        boolean(name, value)
+    if not isinstance(tensorboard, (bool, str, os.PathLike)):
+        raise GradvizError(f"tensorboard must be True, False or a directory; got {given(tensorboard)}.")
+    if thresholds is not None:
+        instance("thresholds", thresholds, MonitorThresholds, "a MonitorThresholds or None")
+    accepted = [p for p in inspect.signature(GradientMonitor).parameters
+                if p not in ("model", "every", "optimizer", "scaler", "thresholds")]
+    unknown = sorted(set(monitor_kwargs) - set(accepted))
+    if unknown:
+        raise GradvizError(f"unknown keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: the "
+                           f"others go to gv.GradientMonitor, which takes {', '.join(accepted)}.")
+    return every
 
 
 def require(module: str, extra: str, feature: str) -> ModuleType:

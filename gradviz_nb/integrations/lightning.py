@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradviz_nb.errors import GradvizError
 from gradviz_nb.integrations._common import (
+    check_callback_args,
     inner_optimizer,
     last_record_numbers,
     require,
@@ -54,8 +54,8 @@ class GradvizCallback(_Callback):  # type: ignore[misc]  # lightning's Callback 
     def __init__(self, every: int = 10, *, flow_check: bool = True, save: bool = True, log: bool = True,
                  tensorboard: bool | str | Path = False, thresholds: MonitorThresholds | None = None,
                  **monitor_kwargs: Any) -> None:
-        if every < 1:
-            raise GradvizError(f"every must be >= 1, got {every}.")
+        every = check_callback_args(every, {"flow_check": flow_check, "save": save, "log": log}, tensorboard,
+                                    thresholds, monitor_kwargs)
         self.every = every
         self.flow_check = flow_check
         self.save = save

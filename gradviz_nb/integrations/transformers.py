@@ -25,6 +25,7 @@ from torch import nn
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.integrations._common import (
+    check_callback_args,
     inner_optimizer,
     last_record_numbers,
     require,
@@ -68,8 +69,8 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
     def __init__(self, every: int = 10, *, flow_check: bool = True, doctor: bool = False, save: bool = True,
                  log: bool = True, tensorboard: bool | str | Path = False,
                  thresholds: MonitorThresholds | None = None, **monitor_kwargs: Any) -> None:
-        if every < 1:
-            raise GradvizError(f"every must be >= 1, got {every}.")
+        every = check_callback_args(every, {"flow_check": flow_check, "doctor": doctor, "save": save, "log": log},
+                                    tensorboard, thresholds, monitor_kwargs)
         self.every = every
         self.flow_check = flow_check
         self.run_doctor = doctor

@@ -35,6 +35,7 @@ from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing.capture import Capture, _sequence_counter
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.tracing.trace import trace_with_nodes
+from gradviz_nb.validate import finite_number, model_or_none, not_meta
 
 OVERLAY_TITLE = "gradient check: relative error"
 SEED = 0  # fixed: output weights, directions and every run's RNG are the same at each call
@@ -120,6 +121,11 @@ def gradcheck(fn: Callable[..., Any], inputs: torch.Tensor | Sequence[Any], *, e
         res.wrong[0].op, res.wrong[0].input      # ("MyMulBackward", 1)
         widget.overlay = res      # the wrong nodes flagged on the graph
     """
+    finite_number("eps", eps, lo=0, lo_open=True, hint="It is the finite-difference step.")
+    finite_number("atol", atol, lo=0)
+    finite_number("rtol", rtol, lo=0)
+    model_or_none("model", model)
+    not_meta("gv.gradcheck", model, *(inputs if isinstance(inputs, (list, tuple)) else [inputs]))
     args = _copy_inputs(fn, inputs, model)
     with sandbox(model):  # fn runs many times: BatchNorm statistics, RNGs, hooks, .grad come back as they were
         return _Session(fn, args, eps, atol, rtol, model).check()

@@ -57,6 +57,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.sandbox import sandbox
+from gradviz_nb.validate import not_meta
 
 __all__ = ["CAUSES", "InputInfo", "NonFinite", "Site", "find_nonfinite"]
 
@@ -691,6 +692,9 @@ def find_nonfinite(fn: Callable[[], Any], model: nn.Module | None = None, *,
             f"{type(fn).__name__}. Wrap the code in a lambda or def instead of passing its result.")
     if model is not None and not isinstance(model, nn.Module):
         raise GradvizError(f"model must be an nn.Module (it names modules and parameters), got {type(model).__name__}.")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise GradvizError(f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}.")
+    not_meta("gv.find_nonfinite", model)
     missing = [n for n, ok in (("torch.autograd._get_sequence_nr", hasattr(torch.autograd, "_get_sequence_nr")),
                                ("torch._C._current_autograd_node", hasattr(torch._C, "_current_autograd_node")),
                                ("torch._C._current_graph_task_id", hasattr(torch._C, "_current_graph_task_id")))

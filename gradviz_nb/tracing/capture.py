@@ -26,6 +26,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.compiled import compiling, real_named_modules, unwrap_compiled
 from gradviz_nb.tracing.ghosts import ForwardObserver, Ghost, InplaceWrite
+from gradviz_nb.validate import boolean, module, positive_int
 
 
 def _sequence_counter() -> int:
@@ -79,6 +80,9 @@ class Capture:
     def __init__(self, model: nn.Module | None, keep_forwards: int | None = None, ghosts: bool = True) -> None:
         if model is not None and not isinstance(model, nn.Module):
             raise GradvizError(f"gv.capture expects an nn.Module, got {type(model).__name__}.")
+        if keep_forwards is not None:
+            positive_int("keep_forwards", keep_forwards, hint="None keeps every forward.")
+        boolean("ghosts", ghosts)
         _sequence_counter()  # check the private API exists before any forward runs
         self._hooked = model  # torch.compile's wrapper is hooked too; names come from the model it wraps
         self.model = unwrap_compiled(model)
@@ -263,6 +267,7 @@ def watch(model: nn.Module) -> Capture:
         loss = model(x).sum()
         gv.GraphWidget(loss)
     """
+    module("gv.watch(model)", model)
     if id(model) not in _WATCHED:
         # No ghost observer: a TorchFunctionMode left pushed across cells would interleave with the
         # user's own modes; ghosts need `with gv.capture(model)`.
@@ -272,6 +277,7 @@ def watch(model: nn.Module) -> Capture:
 
 def unwatch(model: nn.Module) -> None:
     """Stop :func:`watch` on ``model`` and remove its hooks (no-op if not watched)."""
+    module("gv.unwatch(model)", model)
     cap = _WATCHED.pop(id(model), None)
     if cap is not None:
         cap.stop()

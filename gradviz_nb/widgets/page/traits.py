@@ -323,6 +323,11 @@ def convert_trait(name: str, value: Any, graph: AutogradGraph | None) -> Any:
     return converter(value, graph) if converter else value
 
 
+class PageTraitError(traitlets.TraitError, GradvizError):
+    """A page trait refused a value: a :class:`traitlets.TraitError` (what traitlets expects from ``validate``)
+    that is also a :class:`GradvizError`, so ``except gv.GradvizError`` catches it like any other refusal."""
+
+
 class PageTrait(traitlets.TraitType[Any, Any]):
     """A synced trait holding page data (``js/src/payload.ts``), which converts the analysis results it
     knows (``w.overlay = mem``) and refuses anything else with a :class:`traitlets.TraitError` that says
@@ -338,4 +343,4 @@ class PageTrait(traitlets.TraitType[Any, Any]):
         try:
             return convert_trait(str(self.name), value, getattr(obj, "graph", None))
         except GradvizError as err:
-            raise traitlets.TraitError(str(err)) from None
+            raise PageTraitError(str(err)) from None
