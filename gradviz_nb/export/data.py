@@ -16,6 +16,7 @@ import networkx as nx
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.files import target, write_atomic
+from gradviz_nb.validate import given, positive_int
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing.graph import AutogradGraph
@@ -34,7 +35,9 @@ _TOP_KEYS = {"format", "version", "graph", "nodes", "edges"}
 # line feed, surrogates, U+FFFE/U+FFFF), carriage return (XML readers turn it into a line feed, DOT drops it),
 # DEL and the C1 controls. Tab and line feed stay (DOT writes a line feed as a \n label break).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# What json.dumps leaves raw but to_json escapes as \uXXXX (read back exactly): DEL, the C1 controls, lone
+# surrogates (not UTF-8), U+FFFE/U+FFFF and the line separators JavaScript treats as line ends.
+_JSON_RAW = re.compile("[\x7f-\x9f\ud800-\udfff\ufffe\uffff\u2028\u2029]")
 
 
 def _shown(match: re.Match[str]) -> str:
@@ -56,6 +59,9 @@ def to_json(graph: AutogradGraph, indent: int | None = None) -> str:
         text = g.to_json()
         assert gv.AutogradGraph.from_json(text).nx.nodes(data=True) == g.nx.nodes(data=True)
     """
+    _check_graph(graph, "to_json")
+    if indent is not None:
+        positive_int("indent", indent, lo=0, hi=16, hint="It is the spaces per level, or None for one line.")
     g = graph.nx
     doc = {
         "format": FORMAT,
@@ -65,8 +71,8 @@ def to_json(graph: AutogradGraph, indent: int | None = None) -> str:
         "edges": [[u, v, d] for u, v, d in g.edges(data=True)],
     }
     text = json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=False)
-    # Control characters are escaped by json itself; a lone surrogate (not UTF-8) is written as \udXXX too.
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    # json escapes the C0 controls itself; the rest of _JSON_RAW (only ever inside strings) is escaped here.
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def from_json(text: str | bytes) -> AutogradGraph:
@@ -86,7 +92,7 @@ def from_json(text: str | bytes) -> AutogradGraph:
     if not isinstance(text, str | bytes | bytearray):
         raise bad(f"expected JSON text (str or bytes), got {type(text).__name__}")
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise bad(f"the JSON is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, an integer too long to read
@@ -128,6 +134,10 @@ def from_json(text: str | bytes) -> AutogradGraph:
         raise bad("it does not match the data model: " + "; ".join(problems))
     _check_references(g, bad)
     return AutogradGraph(g)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (to_json never writes it)")
 
 
 def _first_repeat(items: list[Any]) -> Any:
@@ -221,6 +231,14 @@ def graphml_ready(graph: AutogradGraph) -> nx.DiGraph:
     return out
 
 
+def _check_graph(graph: object, who: str) -> None:
+    from gradviz_nb.tracing.graph import AutogradGraph  # at run time (the graph's facades import this module)
+
+    if not isinstance(graph, AutogradGraph):
+        raise GradvizError(f"{who}: graph must be an AutogradGraph (gv.trace(loss) or gv.from_json(text)); "
+                           f"got {given(graph)}.")
+
+
 def to_graphml(graph: AutogradGraph, path: str | os.PathLike[str]) -> None:
     """Write GraphML (e.g. for Gephi, yEd or ``networkx.read_graphml``); see :func:`graphml_ready`.
     Control characters in names, which XML cannot hold, are written as ``\\xNN`` text (:func:`visible`).
@@ -232,6 +250,7 @@ def to_graphml(graph: AutogradGraph, path: str | os.PathLike[str]) -> None:
         h = networkx.read_graphml("graph.graphml")
         json.loads(h.nodes["n0"]["shape"])     # [1, 16, 101]
     """
+    _check_graph(graph, "to_graphml")
     out = target("path", path, (".graphml", ".xml"), "to_graphml")
     buffer = io.BytesIO()
     nx.write_graphml(graphml_ready(graph), buffer, encoding="utf-8")
@@ -263,6 +282,7 @@ def to_dot(graph: AutogradGraph) -> str:
 
         open("graph.dot", "w").write(g.to_dot())      # then: dot -Tsvg graph.dot -o graph.svg
     """
+    _check_graph(graph, "to_dot")
     g = graph.nx
     members: dict[str, list[str]] = {}
     for n, d in g.nodes(data=True):
