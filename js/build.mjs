@@ -1,7 +1,10 @@
-// Bundles src/index.ts into ONE self-contained ESM file for anywidget:
-// the ELK worker source and the CSS are inlined as text, so nothing else is fetched at run time.
-//   node build.mjs                 -> ../gradviz_nb/static/widget.js
-//   node build.mjs --outfile=X     -> X (used by the determinism test)
+// Bundles the two shipped files, each ONE self-contained ESM file, into ../gradviz_nb/static/:
+//   widget.js  src/index.ts, the canvas: the ELK worker source and the CSS are inlined as text, so
+//              nothing else is fetched at run time (exported pages embed it; the kernel's one
+//              GradvizRuntime model holds it for every widget);
+//   loader.js  src/loader.ts, each GraphWidget's `_esm`: finds the runtime model, imports the canvas once.
+//   node build.mjs                 -> ../gradviz_nb/static/{widget,loader}.js
+//   node build.mjs --outdir=X      -> X/{widget,loader}.js (used by the determinism test)
 //   node build.mjs --watch         -> rebuild on change (pair with ANYWIDGET_HMR=1)
 //   node build.mjs --tests         -> bundle test/*.test.ts into .test-build/ for `node --test`
 import * as esbuild from "esbuild";
@@ -12,8 +15,10 @@ import { fileURLToPath } from "node:url";
 const here = path.dirname(fileURLToPath(import.meta.url));
 const args = process.argv.slice(2);
 const flag = (name) => args.find((a) => a === name || a.startsWith(name + "="));
-const outfileArg = flag("--outfile");
-const outfile = outfileArg ? path.resolve(outfileArg.split("=")[1]) : path.join(here, "..", "gradviz_nb", "static", "widget.js");
+const outdirArg = flag("--outdir");
+const outdir = outdirArg ? path.resolve(outdirArg.split("=")[1]) : path.join(here, "..", "gradviz_nb", "static");
+// Every shipped file: output name -> entry (tests/page/test_frontend_bundle.py rebuilds each).
+const shipped = { widget: "src/index.ts", loader: "src/loader.ts" };
 
 // `import text from "some/file.js?raw"` -> the file's contents as a string.
 const rawPlugin = {
@@ -55,7 +60,8 @@ if (flag("--tests")) {
     await esbuild.build({ ...common, entryPoints, outdir: path.join(here, ".test-build"), outbase: path.dirname(entryPoints[0]), platform: "node", external: ["typescript"], outExtension: { ".js": ".mjs" }, logLevel: "warning", entryNames: "[name]" });
   }
 } else {
-  const options = { ...common, entryPoints: [path.join(here, "src", "index.ts")], outfile, minify: true, target: "es2020", platform: "browser" };
+  const entryPoints = Object.entries(shipped).map(([out, src]) => ({ out, in: path.join(here, src) }));
+  const options = { ...common, entryPoints, outdir, minify: true, target: "es2020", platform: "browser" };
   if (flag("--watch")) {
     const ctx = await esbuild.context(options);
     await ctx.watch();

@@ -28,6 +28,7 @@ SLOW_TIERS = {"page", "lab"}
 SLOW_FILES = {
     "test_wheel.py",
     "test_notebooks.py",
+    "test_saved_size.py",
     "test_ddp.py",
     "test_fsdp2.py",
     "test_distributed.py",

@@ -22,6 +22,7 @@ from gradviz_nb.widgets.page.messages import Body, dispatch, load_body
 from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
 from gradviz_nb.widgets.page.toggles import toggle_args
 from gradviz_nb.widgets.page.traits import PageTrait
+from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
 
@@ -52,7 +53,10 @@ class GraphWidget(anywidget.AnyWidget):
     on a graph without module calls is allowed: everything is top level, hence loaded at once).
     """
 
-    _esm = _STATIC / "widget.js"
+    # A 2 kB loader that imports the canvas from the kernel's one runtime model (saved once per notebook,
+    # not once per widget); the whole bundle with ANYWIDGET_HMR=1. See gradviz_nb/widgets/runtime.py.
+    _esm = widget_esm()
+    _runtime = RuntimeReference()
 
     graph_data = PageTrait({}).tag(sync=True)
     """dict: the graph as plain JSON (``GraphPayload`` in ``js/src/payload.ts``); the page draws only from traits."""

@@ -1,12 +1,13 @@
 """A saved notebook keeps its pictures: nbconvert's HTML offline, and JupyterLab reopening it.
 
-The notebook is executed by nbclient with ``store_widget_state=True`` (the widget state, ``_esm``
-included, lands in the notebook's metadata), converted by nbconvert's HTML exporter with its defaults,
-and opened in headless Chromium with every request but ``file:`` and ``data:`` blocked. nbconvert's
-page asks a CDN for ``@jupyter-widgets/html-manager``; blocked, the widget output stays empty, and the
-static SVG that ``GraphWidget`` displays after itself (``gradviz_nb/widgets/static_fallback.py``)
-must show the graph instead: every box with its text. Where the widget does draw (the live JupyterLab
-and Notebook 7 tests), the same output must stay hidden: checked in ``test_jupyterlab_widget.py``.
+The notebook is executed by nbclient with ``store_widget_state=True`` (the widget state, each widget's
+small ``_esm`` loader and the one runtime model holding the canvas code, lands in the notebook's
+metadata), converted by nbconvert's HTML exporter with its defaults, and opened in headless Chromium
+with every request but ``file:`` and ``data:`` blocked. nbconvert's page asks a CDN for
+``@jupyter-widgets/html-manager``; blocked, the widget output stays empty, and the static SVG that
+``GraphWidget`` displays after itself (``gradviz_nb/widgets/static_fallback.py``) must show the graph
+instead: every box with its text. Where the widget does draw (the live JupyterLab and Notebook 7
+tests), the same output must stay hidden: checked in ``test_jupyterlab_widget.py``.
 """
 
 from __future__ import annotations
@@ -82,11 +83,15 @@ def _texts(page: Page, scope: str) -> list[list[str]]:
 
 
 def test_saved_state_holds_the_widget(executed: tuple[Path, Any]) -> None:
-    """nbclient kept both GraphWidgets' state, front-end module included, and the hidden pictures."""
+    """nbclient kept both GraphWidgets' state (each with the small loader as `_esm`), the one runtime model
+    holding the canvas code that both reference, and the hidden pictures."""
     _, nb = executed
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     graphs = [m["state"] for m in state.values() if m["model_name"] == "AnyModel"]
-    assert len(graphs) == 2 and all(len(g["_esm"]) > 10_000 for g in graphs)
+    runtimes = [k for k, m in state.items() if "code" in m["state"] and m["model_name"] == "WidgetModel"]
+    assert len(graphs) == 2 and all(len(g["_esm"]) < 10_000 for g in graphs)
+    assert len(runtimes) == 1 and len(state[runtimes[0]]["state"]["code"]) > 100_000
+    assert {g["_runtime"] for g in graphs} == {f"IPY_MODEL_{runtimes[0]}"}
     assert sorted(len(g["expanded"]) for g in graphs) == [0, 2]
     for cell in nb.cells:
         kinds = [list(o.get("data", {})) for o in cell.outputs]

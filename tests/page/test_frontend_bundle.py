@@ -269,10 +269,14 @@ def test_huge_graph_without_calls_warns_and_stays_responsive(browser: Any, tmp_p
 
 
 def test_bundle_is_reproducible(tmp_path: Path) -> None:
+    """Every shipped front-end file (the canvas `widget.js`, each widget's `loader.js`) equals a rebuild."""
     js = ROOT / "js"
     if shutil.which("node") is None or not (js / "node_modules" / "esbuild").exists():
         pytest.skip("node or js/node_modules missing: cd js && npm ci")
-    out = tmp_path / "widget.js"
-    subprocess.run(["node", "build.mjs", f"--outfile={out}"], cwd=js, check=True, capture_output=True)
-    stale = "gradviz_nb/static/widget.js is stale: cd js && npm run build"
-    assert out.read_bytes() == BUNDLE.read_bytes(), stale
+    subprocess.run(["node", "build.mjs", f"--outdir={tmp_path}"], cwd=js, check=True, capture_output=True)
+    static = BUNDLE.parent
+    built = sorted(p.name for p in tmp_path.glob("*.js"))
+    assert built == sorted(p.name for p in static.glob("*.js")) == ["loader.js", "widget.js"]
+    for name in built:
+        stale = f"gradviz_nb/static/{name} is stale: cd js && npm run build"
+        assert (tmp_path / name).read_bytes() == (static / name).read_bytes(), stale

@@ -105,8 +105,10 @@ def test_wheel_carries_the_package_and_nothing_else(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         shipped_bundle = zf.read("gradviz_nb/static/widget.js")
+        shipped_loader = zf.read("gradviz_nb/static/loader.js")
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert shipped_bundle == BUNDLE.read_bytes()  # the committed bundle, byte for byte
+    assert shipped_loader == BUNDLE.with_name("loader.js").read_bytes()  # each widget's `_esm`
     assert "gradviz_nb/py.typed" in names
     # Every module of the package is in it (a file left out by the build config would break an import).
     source = {p.relative_to(ROOT).as_posix() for p in (ROOT / "gradviz_nb").rglob("*.py")}
@@ -135,7 +137,7 @@ def test_clean_venv_holds_the_runtime_dependencies_only(clean_venv: Path) -> Non
 # Runs inside the clean venv (``python -I``: no dev paths, no user site): every module imports, a tiny
 # model's loss becomes a GraphWidget and an exported page; prints what the test checks, as JSON.
 CLEAN_SCRIPT = r"""
-import hashlib, importlib, json, pkgutil, sys
+import base64, gzip, hashlib, importlib, json, pkgutil, sys
 from pathlib import Path
 
 import torch
@@ -158,9 +160,11 @@ bundle = widget._repr_mimebundle_()
 data = bundle[0] if isinstance(bundle, tuple) else bundle
 out["mime"] = sorted(data)
 out["model_id"] = data.get("application/vnd.jupyter.widget-view+json", {}).get("model_id")
-esm = widget._esm
-out["esm_is_installed_bundle"] = esm == (Path(gv.__file__).parent / "static" / "widget.js").read_text()
-out["esm_sha256"] = hashlib.sha256(esm.encode()).hexdigest()
+static = Path(gv.__file__).parent / "static"
+out["esm_is_installed_loader"] = widget._esm == (static / "loader.js").read_text()
+code = gzip.decompress(base64.b64decode(widget._runtime.code))  # the canvas, once per kernel
+out["runtime_is_installed_bundle"] = code == (static / "widget.js").read_bytes()
+out["runtime_sha256"] = hashlib.sha256(code).hexdigest()
 out["labels"] = {n: d["label"] for n, d in widget.graph.nx.nodes(data=True)}
 out["html"] = str(gv.export_html(widget, sys.argv[1], title="from the clean venv"))
 # The charts too: Bokeh reaches the notebook through jupyter_bokeh (a runtime dependency).
@@ -185,9 +189,9 @@ def test_graph_widget_builds_in_the_clean_venv(wheel: Path, clean_venv: Path, cl
     assert Path(clean_run["gv_file"]).is_relative_to(venv), clean_run["gv_file"]  # the wheel, not this checkout
     assert clean_run["import_errors"] == {}
     assert WIDGET_MIME in clean_run["mime"] and clean_run["model_id"]
-    assert clean_run["esm_is_installed_bundle"]
+    assert clean_run["esm_is_installed_loader"] and clean_run["runtime_is_installed_bundle"]
     with zipfile.ZipFile(wheel) as zf:  # the wheel's bundle (checked against this checkout's above)
-        assert clean_run["esm_sha256"] == hashlib.sha256(zf.read("gradviz_nb/static/widget.js")).hexdigest()
+        assert clean_run["runtime_sha256"] == hashlib.sha256(zf.read("gradviz_nb/static/widget.js")).hexdigest()
     assert clean_run["dashboard"] == "Dashboard"
     labels = set(clean_run["labels"].values())
     assert {"Addmm", "Tanh", "Pow", "Mean", "output"} <= labels, labels
