@@ -72,7 +72,8 @@ class MountedPage:
     and what it logged: console errors and page errors in ``errors``, dialogs (dismissed) in ``dialogs``.
     ``chunks`` (a lazy ``state``: ``LazyGraph(g).all_chunks()``, call id -> Chunk) lets the fake model answer
     load requests: each becomes the reply body ``{"chunks": [chunk]}`` of a load of that one call, as
-    ``gradviz_nb.widgets.page.messages.answers`` embeds them in an exported page."""
+    ``gradviz_nb.widgets.page.messages.answers`` embeds them in an exported page. ``values`` (leaf node id ->
+    ``ValuesReplyBody``, e.g. ``page.values.export_answers(g)``) answers the details panel's values requests."""
 
     def __init__(
         self,
@@ -82,6 +83,7 @@ class MountedPage:
         viewport: tuple[int, int] = (1040, 900),
         width: int = 1000,
         chunks: dict[str, Any] | None = None,
+        values: dict[str, Any] | None = None,
     ) -> None:
         self.errors: list[str] = []
         self.dialogs: list[str] = []
@@ -93,7 +95,8 @@ class MountedPage:
         host = f'<div id="host" style="width:{width}px"></div>'
         html.write_text(f'<!doctype html><html><body style="margin:10px">{host}</body></html>')
         self.page.goto(html.as_uri())
-        answers = {"load": {call: {"chunks": [chunk]} for call, chunk in chunks.items()}} if chunks else None
+        answers = {"load": {call: {"chunks": [chunk]} for call, chunk in (chunks or {}).items()},
+                   "values": values or {}} if chunks or values else None
         self.page.evaluate(HARNESS, [BUNDLE.read_text(), state, answers])
 
     def _dialog(self, dialog: Any) -> None:

@@ -42,7 +42,7 @@ CSP = (
 FAKE_MODEL = """
 function gradvizFakeModel(state, answers) {
   const listeners = {};
-  const table = answers || { load: {} };
+  const table = answers || { load: {}, values: {} };
   const has = (o, k) => o != null && Object.prototype.hasOwnProperty.call(o, k);
   const body = (kind, args) => {
     if (kind === "load") {
@@ -54,6 +54,12 @@ function gradvizFakeModel(state, answers) {
           missing.map((c) => JSON.stringify(c)).join(", ") + " (ids are GraphPayload.calls[].id, '' = top level)." };
       }
       return { body: { chunks: [...new Set(calls)].flatMap((c) => table.load[c].chunks) } };
+    }
+    if (kind === "values") {  // a leaf's summaries, saved within the export's budget (page/values.py)
+      const node = args && args.node;
+      if (typeof node !== "string") return { error: "values: 'node' must be a node id (a string)." };
+      return { body: has(table.values, node) ? table.values[node]
+        : { node, value: null, grad: null, missing: "not saved in this export" } };
     }
     return { error: kind + ": this page was exported without a kernel, so it cannot answer that; " +
       "run the notebook to use it." };
@@ -153,7 +159,7 @@ def page_html(snap: Snapshot, title: str | None = None) -> str:
     from gradviz_nb._version import __version__
 
     answers = ""
-    if snap.answers["load"]:  # lazy: every box's load reply, for the fake model
+    if snap.answers["load"] or snap.answers["values"]:  # lazy boxes' load replies, leaves' values replies
         answers = f'<script type="application/json" id="gradviz-answers">{script_json(snap.answers)}</script>\n'
     return PAGE.format(
         csp=CSP,

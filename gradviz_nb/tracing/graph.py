@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import difflib
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
@@ -33,9 +34,9 @@ class AutogradGraph:
     Node attributes (NodeData): ``kind`` (``"op"``, ``"leaf"``, ``"root"``), ``op``, ``label``, ``module``,
     ``call``, ``name``, ``names``, ``shape``, ``dtype``, ``requires_grad``, ``seq``, ``saved``, ``value``
     (forward values of small tensors where known: leaves, roots, and ops whose forward ran inside
-    ``gv.capture``; else None); on leaves only: ``stats`` (first values and bounded statistics of a
-    tensor too big for ``value``) and ``grad`` (the same summary of its ``.grad`` when traced; None when
-    it was None), see :mod:`gradviz_nb.tracing.summary`; on some nodes only: ``compiled`` (a
+    ``gv.capture``; else None); on leaves of graphs saved by older versions only: ``stats`` and ``grad``
+    (summaries of the tensor and its ``.grad`` made at trace time; a trace now reads no statistics, the
+    details panel asks for them on demand, :mod:`gradviz_nb.tracing.summary`); on some nodes only: ``compiled`` (a
     torch.compile region), ``distributed``
     and ``note`` (an FSDP2 / DDP / DTensor node and what it does).
 
@@ -68,6 +69,10 @@ class AutogradGraph:
 
     def __init__(self, graph: nx.DiGraph) -> None:
         self.nx = graph
+        self.tensors: dict[str, weakref.ref[Any]] = {}
+        """Leaf node id -> weak reference to the tensor it was traced from (the details panel reads its values
+        and ``.grad`` on demand, ``tracing/summary.py``); empty for a graph loaded, merged or copied. Not data:
+        never saved, and it never keeps a tensor alive."""
 
     @property
     def roots(self) -> list[str]:

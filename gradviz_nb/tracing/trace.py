@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,6 @@ from gradviz_nb.tracing.compiled import annotate_compiled, real_name, unwrap_com
 from gradviz_nb.tracing.distributed import annotate_distributed
 from gradviz_nb.tracing.ghosts import SMALL_VALUE, Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
-from gradviz_nb.tracing.summary import Summarizer
 from gradviz_nb.tracing.walk import RawNode, short_op, walk
 
 NO_CAPTURE_NOTE = (
@@ -81,9 +81,9 @@ def _trace(
     del edges, keys
     leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
     values = {f"n{r.key}": _small(r.leaf) for r in raw if r.leaf is not None}
-    summarize = Summarizer()  # leaves: first values and bounded statistics of the tensor and its .grad
-    summaries = {f"n{r.key}": (summarize(r.leaf) if r.leaf.numel() > SMALL_VALUE else None, summarize(r.leaf.grad))
-                 for r in raw if r.leaf is not None}
+    # Leaves by weak reference: the details panel asks for their statistics (and .grad's) when one is
+    # selected (tracing/summary.py); the graph never keeps a tensor alive.
+    live = {f"n{r.key}": weakref.ref(r.leaf) for r in raw if r.leaf is not None}
     values.update((f"root{i}", _small(t)) for i, t in enumerate(tensors))
     leaf_names = _leaf_names(raw, model, names)
     graph = _build(raw, root_edges, tensors, leaf_names, [c for cap in captures for c in cap.calls])
@@ -99,8 +99,6 @@ def _trace(
     observed = {seq: v for cap in captures for seq, v in cap.values.items()}
     for n, attrs in graph.nodes(data=True):
         attrs["value"] = observed.get(attrs["seq"]) if attrs["kind"] == "op" else values.get(n)
-        if n in summaries:
-            attrs["stats"], attrs["grad"] = summaries[n]
     graph.graph["modules"] = _module_tree(model)
     graph.graph["torch_version"] = torch.__version__
     graph.graph["captured"] = bool(graph.graph["calls"])
@@ -111,7 +109,9 @@ def _trace(
     graph.graph["notes"] = notes
     annotate_compiled(graph)  # torch.compile regions: label, and a note on what they hide
     annotate_distributed(graph, model)  # FSDP2 / DDP / DTensor nodes: label, note, where collectives run
-    return AutogradGraph(graph), nodes
+    out = AutogradGraph(graph)
+    out.tensors = live
+    return out, nodes
 
 
 def _small(t: torch.Tensor) -> list[float] | None:

@@ -21,6 +21,7 @@ from gradviz_nb.widgets.page.lazy import LazyGraph
 from gradviz_nb.widgets.page.messages import Body, dispatch, load_body
 from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
 from gradviz_nb.widgets.page.toggles import toggle_args
+from gradviz_nb.widgets.page.values import values_body
 from gradviz_nb.widgets.page.traits import PageTrait
 from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 
@@ -219,7 +220,7 @@ class GraphWidget(anywidget.AnyWidget):
 
             w.answer({"id": 1, "kind": "load", "body": {"calls": ["blocks.0"]}})["body"]["chunks"]
         """
-        return dispatch(message, {"load": self._load, "verify": self._verify_request})
+        return dispatch(message, {"load": self._load, "verify": self._verify_request, "values": self._values})
 
     def _on_page_message(self, _: Any, content: Any, buffers: Any) -> None:
         # The comm calls this with whatever the page sent: `answer` logs and drops what is malformed.
@@ -229,6 +230,9 @@ class GraphWidget(anywidget.AnyWidget):
 
     def _load(self, body: Mapping[str, Any]) -> Body:
         return load_body(self.lazy_graph(), body)
+    def _values(self, body: Mapping[str, Any]) -> Body:
+        return values_body(self.graph, body)  # read now, through the graph's weak references
+
 
     def _verify_request(self, body: Mapping[str, Any]) -> Empty:
         self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run

@@ -129,11 +129,17 @@ export interface Wiring {
 
 /** Page -> Python, one envelope for every request: `id` (unique per widget) comes back in the reply.
  *  "load" (lazy mode): send me the records of these calls' direct member nodes; "verify": re-run
- *  the model with the current toggles (the result arrives in the `verified` trait). */
+ *  the model with the current toggles (the result arrives in the `verified` trait); "values": the
+ *  selected leaf's value and .grad summaries, read now (the trace computes none). */
 export interface PageRequest {
   id: number;
-  kind: "load" | "verify";
-  body: LoadBody | Record<string, never>;
+  kind: "load" | "verify" | "values";
+  body: LoadBody | ValuesBody | Record<string, never>;
+}
+
+export interface ValuesBody {
+  /** A leaf's node id. */
+  node: string;
 }
 
 export interface LoadBody {
@@ -145,13 +151,23 @@ export interface PageReply {
   id: number;
   kind: "reply";
   ok: boolean;
-  body?: LoadReplyBody | Record<string, never>;
+  body?: LoadReplyBody | ValuesReplyBody | Record<string, never>;
   error?: string;
 }
 
 /** The body of a reply to "load": one chunk per asked call, in the order asked. */
 export interface LoadReplyBody {
   chunks: Chunk[];
+}
+
+/** The body of a reply to "values": the leaf's tensor and its .grad as they are now (gradviz_nb/widgets/
+ *  page/values.py). `grad` null: .grad is None. `missing` (else ""): why nothing was read (the tensor is
+ *  gone, cannot be read here, or was not saved in this export); then both are null. */
+export interface ValuesReplyBody {
+  node: string;
+  value: TensorSummary | null;
+  grad: TensorSummary | null;
+  missing: string;
 }
 
 /** The full records of one call's direct member nodes, and the shapes of the edge slots that touch

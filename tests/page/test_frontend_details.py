@@ -15,6 +15,7 @@ from pagekit import SCREENSHOTS, MountedPage
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
 from gradviz_nb.widgets.page import graph as graph_payload
+from gradviz_nb.widgets.page.values import NOT_SAVED, export_answers
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser
@@ -31,6 +32,9 @@ SET_THEME_JS = """(vars) => {
 TITLE_IS_JS = "(t) => document.querySelector('[data-testid=gradviz-details-title]').textContent.startsWith(t)"
 ROWS_JS = """() => [...document.querySelectorAll('[data-testid=gradviz-details] dt')]
   .map((dt) => [dt.textContent, dt.nextElementSibling.textContent])"""
+LOADED_JS = """() => { const dd = [...document.querySelectorAll('[data-testid=gradviz-details] dd')];
+  return dd.length > 0 && !dd.some((d) => d.textContent === 'loading…'); }"""
+SENT_JS = "(node) => gv.model.sent.filter((m) => m.kind === 'values' && m.body.node === node).length"
 
 
 def number(text: str) -> float:
@@ -45,10 +49,14 @@ def test_details_show_values_stats_and_grads_of_a_real_model(browser: Any, tmp_p
     loss.backward()
     g = gv.trace(loss, model=model, capture=cap)
     params = dict(model.named_parameters())
-    state = {"graph_data": graph_payload(g), "expanded": [], "height": 560, "selected": g.find("wte.weight")}
-    p = MountedPage(browser, tmp_path, state, viewport=(1040, 720))
+    payload = graph_payload(g)
+    assert not any("stats" in n or "grad" in n for n in payload["nodes"])  # nothing computed ahead
+    state = {"graph_data": payload, "expanded": [], "height": 560, "selected": g.find("wte.weight")}
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 720), values=export_answers(g))
     details = p.page.locator("[data-testid=gradviz-details]")
     assert details.is_visible()
+    p.page.wait_for_function(LOADED_JS, timeout=30000)
+    assert p.js(SENT_JS, g.find("wte.weight")) == 1
 
     # A large leaf (101 x 32 = 3,232 elements): its first values, then statistics, then its .grad's.
     rows = p.js(ROWS_JS)
@@ -59,7 +67,7 @@ def test_details_show_values_stats_and_grads_of_a_real_model(browser: Any, tmp_p
     assert value.endswith("…] 3,232 values") and value.startswith(f"[{wte.flatten()[0].item():.3g}"[:5])
     assert terms[at + 1: at + 4] == ["  norm", "  mean ± std", "  min … max"]
     assert number(rows[at + 1][1]) == pytest.approx(wte.norm().item(), rel=1e-3)
-    grad_at = terms.index(".grad (traced)")
+    grad_at = terms.index(".grad")
     assert params["wte.weight"].grad is not None
     assert number(rows[grad_at + 1][1]) == pytest.approx(params["wte.weight"].grad.norm().item(), rel=1e-3)
     assert rows[grad_at][1].endswith("3,232 values")
@@ -69,12 +77,13 @@ def test_details_show_values_stats_and_grads_of_a_real_model(browser: Any, tmp_p
     # A small leaf (ln_f.bias, 32 values): every value is known; the page's statistics equal torch's.
     p.js("(id) => gv.model.set('selected', id)", g.find("ln_f.bias"))
     p.page.wait_for_function(TITLE_IS_JS, arg="ln_f.bias", timeout=30000)  # Python's selection may open a box first
+    p.page.wait_for_function(LOADED_JS, timeout=30000)
     rows = dict(p.js(ROWS_JS))
     bias = params["ln_f.bias"]
     assert rows["value"].endswith("…] 32 values")
     assert bias.grad is not None
     grad_rows = p.js(ROWS_JS)
-    gi = [k for k, _ in grad_rows].index(".grad (traced)")
+    gi = [k for k, _ in grad_rows].index(".grad")
     lo, hi = grad_rows[gi + 3][1].split(" … ")
     assert float(lo) == pytest.approx(bias.grad.min().item(), rel=1e-3, abs=1e-6)
     assert float(hi) == pytest.approx(bias.grad.max().item(), rel=1e-3, abs=1e-6)
@@ -85,11 +94,13 @@ def test_details_show_values_stats_and_grads_of_a_real_model(browser: Any, tmp_p
     op = next(n for n, d in g.nx.nodes(data=True) if d["kind"] == "op" and d["value"] is None)
     p.js("(id) => gv.model.set('selected', id)", op)
     p.page.wait_for_function(TITLE_IS_JS + " === false", arg="ln_f.bias", timeout=30000)
-    assert not any(k in ("value", ".grad (traced)") for k, _ in p.js(ROWS_JS))
+    assert not any(k in ("value", ".grad") for k, _ in p.js(ROWS_JS))
 
     # Dark theme: the same panel, readable.
     p.js("(id) => gv.model.set('selected', id)", g.find("wte.weight"))
     p.page.wait_for_function(TITLE_IS_JS, arg="wte.weight", timeout=30000)
+    assert p.js(SENT_JS, g.find("wte.weight")) == 1  # answered once, then from the page's cache
+    assert ".grad" in dict(p.js(ROWS_JS))
     p.js(SET_THEME_JS, DARK)
     p.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.theme === 'dark'", timeout=5000)
     p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "details-values-dark.png"))
@@ -100,8 +111,19 @@ def test_a_leaf_traced_before_backward_says_its_grad_was_none(browser: Any, tmp_
     w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     g = gv.trace((w * w).sum(), names={"w": w})
     state = {"graph_data": graph_payload(g), "expanded": [], "height": 400, "selected": g.find("w")}
-    p = MountedPage(browser, tmp_path, state, viewport=(1040, 500))
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 500), values=export_answers(g))
+    p.page.wait_for_function(LOADED_JS, timeout=30000)
     rows = p.js(ROWS_JS)
     assert ["value", "[1, 2, 3]"] in rows and ["  norm", "3.742"] in rows and ["  mean ± std", "2 ± 1"] in rows
-    assert [".grad (traced)", "None"] in rows
+    assert [".grad", "None"] in rows
+    assert p.errors == []
+
+
+def test_a_leaf_without_a_saved_answer_says_so(browser: Any, tmp_path: Path) -> None:
+    big = torch.randn(5000, requires_grad=True)
+    g = gv.trace((big * 2).sum(), names={"big": big})
+    state = {"graph_data": graph_payload(g), "expanded": [], "height": 400, "selected": g.find("big")}
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 500), values=export_answers(g, largest=100))
+    p.page.wait_for_function(LOADED_JS, timeout=30000)
+    assert ["value", NOT_SAVED] in p.js(ROWS_JS)
     assert p.errors == []

@@ -164,7 +164,7 @@ def test_malformed_page_messages_are_logged_and_never_raise(caplog: pytest.LogCa
     w._on_page_message(w, {"id": 7, "kind": "verify", "body": {}}, [])  # not built by from_fn
     w._on_page_message(w, {"id": 8, "kind": "load", "body": {"calls": [""]}}, [])
     assert [(m["id"], m["ok"]) for m in sent] == [(5, False), (6, False), (7, False), (8, True)]
-    assert "unknown request kind 'explode'" in sent[0]["error"] and "load, verify" in sent[0]["error"]
+    assert "unknown request kind 'explode'" in sent[0]["error"] and "load, values, verify" in sent[0]["error"]
     assert "'body' must be a JSON object" in sent[1]["error"]
     assert "GraphWidget.from_fn" in sent[2]["error"]
     assert sent[3]["body"]["chunks"][0]["call"] == "" and len(caplog.records) == 10

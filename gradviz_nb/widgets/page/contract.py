@@ -14,8 +14,8 @@ from typing import Literal, NotRequired, TypedDict
 __all__ = [
     "Chunk", "DiffStatus", "DoctorFinding", "FoldGroup", "GhostTensor", "GraphDiff", "GraphEdge", "GraphMeta",
     "GraphNode", "GraphPayload", "LoadBody", "LoadReplyBody", "ModuleCall", "Overlay", "PageReply", "PageRequest",
-    "RecordedGrad", "RecordedStep", "Recording", "TensorSummary", "Toggles", "Traits", "Verification", "WhatIfAnswer",
-    "Wiring",
+    "RecordedGrad", "RecordedStep", "Recording", "TensorSummary", "Toggles", "Traits", "ValuesBody", "ValuesReplyBody",
+    "Verification", "WhatIfAnswer", "Wiring",
 ]
 
 Number = int | float
@@ -148,16 +148,28 @@ class LoadBody(TypedDict):
     calls: list[str]
 
 
+class ValuesBody(TypedDict):
+    node: str
+
+
 class PageRequest(TypedDict):
-    """Page -> kernel: ``{"id": 7, "kind": "load", "body": {"calls": [...]}}`` or kind ``"verify"``, body ``{}``."""
+    """Page -> kernel: ``{"id": 7, "kind": "load", "body": {"calls": [...]}}``, kind ``"verify"`` with body
+    ``{}``, or kind ``"values"`` with body ``{"node": "n12"}``."""
 
     id: int
-    kind: Literal["load", "verify"]
-    body: LoadBody | Empty
+    kind: Literal["load", "verify", "values"]
+    body: LoadBody | ValuesBody | Empty
 
 
 class LoadReplyBody(TypedDict):
     chunks: list[Chunk]
+
+
+class ValuesReplyBody(TypedDict):
+    node: str
+    value: TensorSummary | None
+    grad: TensorSummary | None
+    missing: str
 
 
 class PageReply(TypedDict):
@@ -167,7 +179,7 @@ class PageReply(TypedDict):
     id: int
     kind: Literal["reply"]
     ok: bool
-    body: NotRequired[LoadReplyBody | Empty]
+    body: NotRequired[LoadReplyBody | ValuesReplyBody | Empty]
     error: NotRequired[str]
 
 

@@ -24,21 +24,23 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.widgets.page.contract import Chunk, Empty, LoadReplyBody, PageReply
+from gradviz_nb.widgets.page.contract import Chunk, Empty, LoadReplyBody, PageReply, ValuesReplyBody
 from gradviz_nb.widgets.page.finite_json import finite_nodes
 from gradviz_nb.widgets.page.lazy import LazyGraph
 
 log = logging.getLogger("gradviz_nb")
 
-Body = LoadReplyBody | Empty
+Body = LoadReplyBody | ValuesReplyBody | Empty
 Handler = Callable[[Mapping[str, Any]], Body]
 
 
 class Answers(TypedDict):
     """What an exported page (no kernel) answers from: each request kind's reply bodies by argument
-    (``"load"``: call id -> the body :func:`load_body` gives for that one call)."""
+    (``"load"``: call id -> the body :func:`load_body` gives for that one call; ``"values"``: leaf node id
+    -> the body ``page.values.values_body`` gives, for the leaves within the export's budget)."""
 
     load: dict[str, LoadReplyBody]
+    values: dict[str, ValuesReplyBody]
 
 
 def load_body(lazy: LazyGraph, body: Mapping[str, Any]) -> LoadReplyBody:
@@ -51,12 +53,13 @@ def load_body(lazy: LazyGraph, body: Mapping[str, Any]) -> LoadReplyBody:
     return {"chunks": chunks}
 
 
-def answers(lazy: LazyGraph | None) -> Answers:
-    """Every reply body an exported page may need, computed by the kernel's own handlers."""
+def answers(lazy: LazyGraph | None, values: dict[str, ValuesReplyBody] | None = None) -> Answers:
+    """Every reply body an exported page may need, computed by the kernel's own handlers (``values``:
+    ``page.values.export_answers(graph)``)."""
     if lazy is None:
-        return {"load": {}}
+        return {"load": {}, "values": values or {}}
     calls = ["", *(c["id"] for c in lazy.graph.calls)]
-    return {"load": {call: load_body(lazy, {"calls": [call]}) for call in calls}}
+    return {"load": {call: load_body(lazy, {"calls": [call]}) for call in calls}, "values": values or {}}
 
 
 def reply(request_id: int, body: Body) -> PageReply:

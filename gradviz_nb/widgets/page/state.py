@@ -40,6 +40,7 @@ from gradviz_nb.widgets.page.payload import graph as graph_payload
 from gradviz_nb.widgets.page.payload import initial_expanded
 from gradviz_nb.widgets.page.traits import convert_trait
 
+from gradviz_nb.widgets.page.values import export_answers
 # Every trait's value when nothing is shown (graph_data and expanded come from the graph).
 DEFAULTS: dict[str, Any] = {
     "unfolded": [], "selected": "", "height": 600, "toggles": {"detach": [], "freeze": []}, "verified": {},
@@ -143,7 +144,7 @@ def snapshot(graph: AutogradGraph, state: Mapping[str, Any], index: lazy_mode.La
     if is_lazy and index is None:
         index = lazy_mode.LazyGraph(graph)
     caption = "\n".join(graph.summary().splitlines()[:2])
-    return Snapshot(cast(Traits, out), answers(index if is_lazy else None), caption)
+    return Snapshot(cast(Traits, out), answers(index if is_lazy else None, export_answers(graph)), caption)
 
 
 def page_snapshot(x: Any, **traits: Any) -> Snapshot:

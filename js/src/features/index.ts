@@ -2,6 +2,7 @@
 // click first, its fill colours and node sizes are the ones drawn, its legend is shown, its styles
 // override, and label templates of later features wrap its label. A new view is one folder under
 // `features/` plus one entry here.
+import { details } from "./details/feature";
 import { diff } from "./diff/feature";
 import type { FeatureFactory } from "../core/context";
 import { findings } from "./findings/feature";
@@ -12,7 +13,7 @@ import { search } from "./search/feature";
 import { stepper } from "./stepper/feature";
 import { whatIf } from "./whatif/feature";
 
-export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search, key] as const;
+export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search, key, details] as const;
 
 type HooksOf<F> = F extends FeatureFactory<infer H> ? H : never;
 type Intersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer I) => void ? I : never;
