@@ -23,6 +23,8 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from gradviz_nb.tracing.walk import anchor
+
 if TYPE_CHECKING:
     from gradviz_nb.tracing.capture import ModuleCall
 
@@ -47,17 +49,24 @@ def user_line() -> str:
 def upstream_leaves(fn: Any, limit: int = CUT_WALK_LIMIT) -> set[int]:
     """``id()`` of the leaf tensors whose gradient flows through ``fn`` (bounded walk)."""
     leaves: set[int] = set()
-    seen: set[Any] = set()
+    seen: dict[Any, int] = {}
+    order: list[Any] = []  # visited nodes and their producers' positions, to anchor (tracing/walk.py)
+    producers: list[list[Any]] = []
     stack = [fn]
     while stack and len(seen) < limit:
         node = stack.pop()
         if node is None or node in seen:
             continue
-        seen.add(node)
+        seen[node] = len(order)
+        order.append(node)
         variable = getattr(node, "variable", None)
         if isinstance(variable, torch.Tensor):
             leaves.add(id(variable))
-        stack.extend(nxt for nxt, _ in node.next_functions)
+        nexts = [nxt for nxt, _ in node.next_functions if nxt is not None]
+        producers.append(nexts)
+        stack.extend(nexts)
+    # Reading the nodes gave them Python wrappers: anchor them so freeing the graph stays iterative.
+    anchor(order, [[seen.get(p, -1) for p in ps] for ps in producers])
     return leaves
 
 
@@ -100,6 +109,26 @@ def _in_backward() -> bool:
     return int(torch._C._current_graph_task_id()) != -1
 
 
+def _has_grad_fn(t: torch.Tensor) -> bool:
+    """``t.grad_fn is not None`` without reading ``grad_fn``: reading it gives the node a Python wrapper,
+    which makes freeing a deep graph recursive (see ``tracing/walk.py``); the forward hot path must not."""
+    return t.requires_grad and not t.is_leaf
+
+
+def _next_sequence_nr() -> int:
+    return int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
+
+
+def _made_seq(t: torch.Tensor, before: int) -> int | None:
+    """Sequence number of ``t.grad_fn`` for an op output: the last node the op made (the counter moved
+    from ``before``), else (the op returned an existing tensor) the node's own number."""
+    after = _next_sequence_nr()
+    if after > before:
+        return after - 1
+    fn = t.grad_fn
+    return int(fn._sequence_nr()) if fn is not None else None
+
+
 def _is_detach(func: Any) -> bool:
     return func is torch.Tensor.detach or getattr(func, "__self__", None) is _DATA_GETTER
 
@@ -137,14 +166,17 @@ class ForwardObserver(TorchFunctionMode):
             return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", "")
         target = args[0] if args and name.endswith("_") and not name.endswith("__") else None
-        made_by = target.grad_fn if isinstance(target, torch.Tensor) and target.grad_fn is not None else None
+        made_by = target.grad_fn if isinstance(target, torch.Tensor) and _has_grad_fn(target) else None
+        before = _next_sequence_nr()
         out = func(*args, **(kwargs or {}))
         if made_by is not None and isinstance(target, torch.Tensor) and not _in_backward():
             call = self._current_call()
             self.inplace.append(InplaceWrite(name, made_by.name(), target.output_nr, tuple(target.shape),
                                              target._version, call.path if call else "", user_line()))
-        if type(out) is torch.Tensor and out.grad_fn is not None and out.numel() <= SMALL_VALUE:
-            self.values.setdefault(out.grad_fn._sequence_nr(), out.detach().flatten().tolist())
+        if type(out) is torch.Tensor and _has_grad_fn(out) and out.numel() <= SMALL_VALUE:
+            seq = _made_seq(out, before)
+            if seq is not None:
+                self.values.setdefault(seq, out.detach().flatten().tolist())
         # Hot path (every torch call in the forward): nothing to do unless a detach happens or a ghost
         # (or a frozen parameter) may be among the inputs.
         if _is_detach(func):
@@ -153,13 +185,13 @@ class ForwardObserver(TorchFunctionMode):
         elif self._carrier or self._frozen:
             carried = self._carried_by(_tensors_in((*args, *(kwargs or {}).values())))
             if carried and not _in_backward():
-                self._follow(out, carried)
+                self._follow(out, carried, before)
         return out
 
-    def _follow(self, out: Any, carried: list[Ghost]) -> None:
+    def _follow(self, out: Any, carried: list[Ghost], before: int) -> None:
         for t in _tensors_in([out]):
-            if t.grad_fn is not None:
-                seq = t.grad_fn._sequence_nr()
+            seq = _made_seq(t, before) if _has_grad_fn(t) else None
+            if seq is not None:
                 for ghost in carried:
                     if seq not in ghost.target_seqs:
                         ghost.target_seqs.append(seq)

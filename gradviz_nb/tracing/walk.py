@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import gc
 import re
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -330,12 +332,109 @@ def _is_parameter(t: torch.Tensor) -> bool:
     return isinstance(base, torch.nn.Parameter) or bool(base.is_leaf and base.requires_grad)
 
 
+# -- freeing deep graphs ---------------------------------------------------------------------------
+# Reading a node from Python (``grad_fn``, ``next_functions``) gives it a Python wrapper, and from torch
+# 2.13 on (autograd nodes became ``intrusive_ptr`` with PyObject preservation) the node keeps that
+# wrapper alive for as long as C++ still references the node. When the node's last C++ reference goes,
+# the wrapper is deallocated and deletes the node from inside its ``tp_dealloc``, which does not use
+# torch's iterative node deleter: freeing a chain of wrapped nodes recurses once per node. Any walk of a
+# graph a hundred thousand nodes deep thus makes ``del loss`` overflow the C stack (SIGSEGV), even
+# though nothing is attached to the nodes. Here every path of wrapped nodes gets an *anchor* at least
+# every ``ANCHOR_EVERY`` nodes: an extra Python reference to one node's wrapper. When the user frees the
+# graph, the cascade stops at the anchors (bounded depth); ``release_anchors`` (run after every garbage
+# collection and on every walk) then drops each anchor nobody else holds, one at a time, each freeing a
+# bounded piece. Graphs with no path that long get no anchor and free exactly as before.
+ANCHOR_EVERY = 512
+_anchors: list[Any] = []  # node wrappers in walk order; None once released
+_releasing = False
+
+
+def _refs_of_slot(items: list[Any], i: int) -> int:
+    item = items[i]
+    return sys.getrefcount(item)  # the list slot, ``item``, the argument, plus any holder elsewhere
+
+
+_probe = [object()]
+_UNHELD = _refs_of_slot(_probe, 0)  # what an item held by the list alone shows (interpreter-dependent)
+del _probe
+
+
+def anchor(fns: list[Any], producers: list[list[int]]) -> int:
+    """Anchor nodes of a walked graph so freeing it never recurses deeper than ``ANCHOR_EVERY``.
+
+    ``fns[k]`` is a walked node (its Python wrapper), ``producers[k]`` the indices of the nodes its
+    inputs come from. Nodes are visited producers first (Kahn's order); a node is anchored when the
+    longest chain of unanchored nodes below it reaches ``ANCHOR_EVERY``. Returns how many were anchored.
+    """
+    n = len(fns)
+    if n < ANCHOR_EVERY:
+        return 0
+    release_anchors()
+    pending = [0] * n
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    for k, ps in enumerate(producers):
+        distinct = set(ps)
+        distinct.discard(-1)
+        pending[k] = len(distinct)
+        for p in distinct:
+            consumers[p].append(k)
+    chain = [0] * n
+    ready = [k for k in range(n) if not pending[k]]
+    count = 0
+    while ready:
+        k = ready.pop()
+        below = 0
+        for p in producers[k]:
+            if p >= 0 and chain[p] > below:
+                below = chain[p]
+        if below + 1 >= ANCHOR_EVERY:
+            _anchors.append(fns[k])
+            count += 1
+            below = -1
+        chain[k] = below + 1
+        for c in consumers[k]:
+            pending[c] -= 1
+            if not pending[c]:
+                ready.append(c)
+    return count
+
+
+def release_anchors(*_: Any) -> None:
+    """Drop the anchors of graphs the user has freed (no other reference to the node is left), each
+    freeing the nodes down to the next anchors; repeated until nothing more can go. Also a ``gc``
+    callback."""
+    global _releasing
+    if _releasing or not _anchors:
+        return
+    _releasing = True
+    try:
+        progress = True
+        while progress:
+            progress = False
+            for i in range(len(_anchors)):
+                if _anchors[i] is not None and _refs_of_slot(_anchors, i) <= _UNHELD:
+                    _anchors[i] = None  # frees this node and the unanchored nodes below it
+                    progress = True
+        _anchors[:] = [a for a in _anchors if a is not None]
+    finally:
+        _releasing = False
+
+
+def anchored() -> int:
+    """How many anchors are held (for tests)."""
+    return sum(a is not None for a in _anchors)
+
+
+gc.callbacks.append(release_anchors)
+
+
 def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
     """Visit every node reachable from ``root_fns`` (grad_fn objects); returns nodes in visit order.
 
     The second value maps each visited autograd Node to its key; callers must drop it (it pins the
     graph's saved activations).
     """
+    release_anchors()
     keys: dict[Any, int] = {}
     nodes: list[RawNode] = []
     stack = [fn for fn in root_fns if fn is not None]
@@ -373,6 +472,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
         elif _is_custom(fn):
             _ctx_entries(fn, raw, storages, checkpoints)
         nodes.append(raw)
+    anchor(order, [[p for p, _ in r.inputs] for r in nodes])
     if checkpoints.count:
         _frame_entries(nodes, checkpoints, storages)
     return nodes, keys

@@ -1,0 +1,112 @@
+"""Graphs 100,000 nodes deep: traced, drawn, exported, asked what-if and freed, without a RecursionError or a
+crash. The deep cases run in a subprocess, so a segfault (a C stack overflow while torch frees the graph)
+fails the test instead of killing pytest."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import weakref
+from pathlib import Path
+
+import torch
+
+import gradviz_nb as gv
+from gradviz_nb.tracing import walk as walk_module
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 33_334  # three autograd nodes per step: a 100,002-op chain, plus the leaf and the sum
+
+_PRELUDE = """
+import gc, sys, time, weakref
+import torch
+import gradviz_nb as gv
+from gradviz_nb.tracing import walk as walk_module
+steps = int(sys.argv[1])
+w = torch.randn(4, requires_grad=True)
+
+def chain(x):
+    global mid
+    for i in range(steps):
+        x = (x * 1.0001 + 0.1).tanh()
+        if i == steps // 2:
+            mid = weakref.ref(x)  # an activation in the middle: freed with the graph
+    return x.sum()
+"""
+
+
+def _run(body: str, steps: int = STEPS, timeout: float = 300) -> str:
+    script = _PRELUDE + textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", script, str(steps)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+    assert done.returncode == 0, f"exit code {done.returncode} (-11: segfault)\n{done.stdout}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_capture_trace_and_every_tool_on_a_100k_chain() -> None:
+    out = _run("""
+        from gradviz_nb.widgets import page
+        from gradviz_nb.widgets.page.lazy import lazy_payload
+        from gradviz_nb.widgets.static_fallback import _layers, visible_items
+        with gv.capture(None) as cap:  # the forward observer sees every op's output
+            loss = chain(w)
+        del loss, cap  # captured, not traced
+        gc.collect()
+        assert mid() is None, "the captured graph is still alive"
+        print("capture freed", flush=True)
+
+        with gv.capture(None) as cap:
+            loss = chain(w)
+        g = gv.trace(loss, capture=cap, names={"w": w})
+        assert len(g) == 3 * steps + 3, len(g)
+        assert walk_module.anchored() > 0
+        del loss, cap  # the crash was here: freeing a graph whose nodes Python had read
+        gc.collect()
+        assert mid() is None, "the traced graph is still alive"
+        assert walk_module.anchored() == 0, walk_module.anchored()
+        print("trace freed", flush=True)
+
+        assert len(page.graph(g)["nodes"]) == len(g)
+        assert lazy_payload(g)["meta"]["num_nodes"] == len(g)
+        assert g.what_if(freeze=["w"]).lost == ["w"]
+        assert g.what_if(detach=[next(g.nx.predecessors(g.roots[0]))]).lost == ["w"]
+        assert len(_layers(visible_items(g.nx, g.calls, []))) == len(g)
+        assert len(gv.to_json(g)) > len(g)
+        print("ok", len(g))
+    """)
+    assert "ok 100005" in out
+
+
+def test_a_small_graph_gets_no_anchor_and_frees_at_once() -> None:
+    w = torch.randn(3, requires_grad=True)
+    x = w
+    for _ in range(50):
+        x = x * 2
+    ref = weakref.ref(x)
+    before = walk_module.anchored()
+    gv.trace(x.sum(), names={"w": w})
+    assert walk_module.anchored() == before
+    del x
+    assert ref() is None  # no gc needed: nothing of ours holds a node
+
+
+def test_anchors_bound_every_path_and_go_with_the_graph() -> None:
+    w = torch.randn(3, requires_grad=True)
+    x = w
+    outs = []
+    for _ in range(1500):  # a chain plus a sum over every step: long paths and short ones
+        x = torch.sin(x)
+        outs.append(x)
+    loss = torch.stack(outs).sum()
+    g = gv.trace(loss, names={"w": w})
+    assert walk_module.anchored() >= 1500 // walk_module.ANCHOR_EVERY
+    ref = weakref.ref(x)
+    del loss, x, outs
+    gc.collect()
+    assert ref() is None
+    assert walk_module.anchored() == 0
+    assert len(g) == 1500 + 4
