@@ -28,6 +28,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -69,7 +70,7 @@ class LayerHealth:
 
 @dataclass(frozen=True)
 class LayerVerdict:
-    kind: str  # "vanishing" | "exploding"
+    kind: Literal["vanishing", "exploding"]  # of gradviz_nb.kinds.Kind
     path: str
     reason: str
 

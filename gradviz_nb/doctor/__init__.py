@@ -16,19 +16,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradviz_nb.doctor.checks import (
-    findings_from_flow,
-    inplace_finding,
-    mode_findings,
-    not_a_parameter,
-    optimizer_findings,
-    spike_findings,
-    stale_findings,
-)
-from gradviz_nb.doctor.findings import KINDS, Diagnosis, Finding
+from gradviz_nb.doctor.checks import CHECKS, Observed
+from gradviz_nb.doctor.findings import Diagnosis, Finding
 from gradviz_nb.doctor.observe import StepRecord, observe_step
 from gradviz_nb.doctor.state import TrainingState
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.kinds import rank
 from gradviz_nb.tracing.compiled import unwrap_compiled
 
 __all__ = ["Diagnosis", "Finding", "doctor"]
@@ -142,20 +135,7 @@ def _check(step: object, model: object, optimizer: object, steps: int) -> None:
 
 
 def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Finding]:
-    found: list[Finding] = []
-    for rec in records:
-        if rec.error is not None and rec.cap is not None:
-            hit = inplace_finding(rec.error, rec.cap.inplace, rec.index)
-            if hit is not None:
-                found.append(hit)
-    first = next((r for r in records if r.flow is not None), None)
-    if first is not None:
-        found += findings_from_flow(first)
-    found += optimizer_findings(records, model, optimizer)
-    missing = {f.target for f in found if f.kind == "not-in-optimizer"}
-    found += stale_findings(records, model, optimizer, missing)
-    found += spike_findings(records)
-    found += mode_findings(records, model)
-    found += not_a_parameter(model)
+    observed = Observed(records, model, optimizer)
+    found = [finding for check in CHECKS for finding in check(observed)]
     unique = {(f.kind, f.target): f for f in found}
-    return sorted(unique.values(), key=lambda f: (KINDS.index(f.kind) if f.kind in KINDS else len(KINDS), f.step))
+    return sorted(unique.values(), key=lambda f: (rank(f.kind), f.step))

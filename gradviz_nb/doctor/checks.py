@@ -1,6 +1,8 @@
 """From observed steps to findings: each check names the evidence it saw, or finds nothing.
 
-Every check reads :class:`StepRecord` data (what the step really did) and the model; none guesses.
+Every check is a function ``(Observed) -> list[Finding]`` reading :class:`StepRecord` data (what the steps
+really did) and the model; none guesses. :data:`CHECKS` is the one ordered list the doctor runs: a new check
+is one function here, one line in :data:`CHECKS` and one bug-zoo case.
 """
 
 from __future__ import annotations
@@ -8,26 +10,41 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
 
 from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.observe import StepRecord
+from gradviz_nb.kinds import fix_for
 from gradviz_nb.probes.flow import Flag
 from gradviz_nb.probes.optimizer_check import optimizer_roles
 from gradviz_nb.tracing.ghosts import InplaceWrite
 
-__all__ = ["findings_from_flow", "inplace_finding", "mode_findings", "not_a_parameter", "optimizer_findings",
-           "spike_findings", "stale_findings"]
+__all__ = ["CHECKS", "Check", "Observed", "findings_from_flow", "inplace_finding", "mode_findings",
+           "not_a_parameter", "optimizer_findings", "spike_findings", "stale_findings"]
 
-_FLOW_FIX = {
-    "vanishing": "shorten the gradient path: residual connections, normalisation, or a non-saturating activation",
-    "exploding": "lower the learning rate or clip gradients (torch.nn.utils.clip_grad_norm_); check the init",
-    "dead-adapter": "make sure the adapter is on the loss's path: no detach() around it, adapters enabled",
-    "nan": "find where the NaN is born: gv.find_nonfinite(step)",
-}
+
+@dataclass
+class Observed:
+    """Everything the doctor saw: every step's record (in order), the model and the optimizer. Facts more
+    than one check needs are derived here once (as cached properties), never threaded by hand."""
+
+    records: list[StepRecord]
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+
+    @cached_property
+    def not_in_optimizer(self) -> set[str]:
+        """Parameters the optimizer does not step (their stale .grad is not blamed on a missing zero_grad)."""
+        return {f.target for f in optimizer_findings(self.records, self.model, self.optimizer)
+                if f.kind == "not-in-optimizer"}
+
+
+Check = Callable[[Observed], list[Finding]]
 
 
 def _leaf_node(rec: StepRecord, names: Iterable[str]) -> str:
@@ -77,7 +94,7 @@ def findings_from_flow(rec: StepRecord) -> list[Finding]:
             finding = _no_grad_finding(rec, f)
         else:
             finding = Finding(f.kind, f.target, f.reason.split(": ", 1)[0], f.reason,
-                              _FLOW_FIX.get(f.kind, ""), rec.index)
+                              fix_for(f.kind), rec.index)
         names = f.params or (f.target,)
         node = _leaf_node(rec, names) or _cut_node(rec, names) or _call_node(rec, f.target)
         out.append(Finding(finding.kind, finding.target, finding.message, finding.evidence, finding.fix,
@@ -288,3 +305,44 @@ def inplace_finding(err: BaseException, writes: list[InplaceWrite], index: int) 
                    f"{made_by} itself or an op that consumed it), then {hit.op} moved it to version {version}; "
                    f"backward expected version {m.group(5)}", f"use the out-of-place form: x = x.{hit.op[:-1]}(...)",
                    index)
+
+
+# -- the checks, as the doctor runs them --------------------------------------------------------------------
+
+
+def check_inplace(obs: Observed) -> list[Finding]:
+    """A step that failed with PyTorch's in-place error, named by the write the capture saw."""
+    hits = (inplace_finding(r.error, r.cap.inplace, r.index) for r in obs.records
+            if r.error is not None and r.cap is not None)
+    return [h for h in hits if h is not None]
+
+
+def check_flow(obs: Observed) -> list[Finding]:
+    """gradient_flow's flags of the first step that has them."""
+    first = next((r for r in obs.records if r.flow is not None), None)
+    return findings_from_flow(first) if first is not None else []
+
+
+def check_optimizer(obs: Observed) -> list[Finding]:
+    return optimizer_findings(obs.records, obs.model, obs.optimizer)
+
+
+def check_stale(obs: Observed) -> list[Finding]:
+    return stale_findings(obs.records, obs.model, obs.optimizer, obs.not_in_optimizer)
+
+
+def check_spike(obs: Observed) -> list[Finding]:
+    return spike_findings(obs.records)
+
+
+def check_mode(obs: Observed) -> list[Finding]:
+    return mode_findings(obs.records, obs.model)
+
+
+def check_registration(obs: Observed) -> list[Finding]:
+    return not_a_parameter(obs.model)
+
+
+CHECKS: tuple[Check, ...] = (check_inplace, check_flow, check_optimizer, check_stale, check_spike, check_mode,
+                             check_registration)
+"""Every check the doctor runs, in order (findings are then sorted by the kinds' rank)."""

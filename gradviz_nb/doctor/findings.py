@@ -6,15 +6,15 @@ import html
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gradviz_nb.kinds import Kind, kinds_of, rank
+
 if TYPE_CHECKING:
     from gradviz_nb.tracing import AutogradGraph
 
 __all__ = ["KINDS", "Diagnosis", "Finding"]
 
-# The one vocabulary of finding kinds, in the order a reader should fix them.
-KINDS = ("nan-origin", "inplace", "stale-grad", "not-in-optimizer", "not-a-parameter", "frozen", "detached",
-         "data-access", "unused-parameter", "no-grad", "mode", "dead-adapter", "exploding", "vanishing", "spike",
-         "nan")
+# The kinds the doctor reports, in the order a reader should fix them (the registry is gradviz_nb/kinds.py).
+KINDS = kinds_of("doctor")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Finding:
     (``"call:<id>"``) to show it on, when it has one.
     """
 
-    kind: str
+    kind: Kind
     target: str
     message: str
     evidence: str
@@ -62,7 +62,7 @@ class Diagnosis:
         if self.ok:
             lines = [head + "ok, nothing found"]
         else:
-            kinds = sorted({f.kind for f in self.findings}, key=KINDS.index)
+            kinds = sorted({f.kind for f in self.findings}, key=rank)
             n = len(self.findings)
             lines = [head + f"{n} finding{'s' if n != 1 else ''} ({', '.join(kinds)})"]
             for f in self.findings:

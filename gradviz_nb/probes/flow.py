@@ -20,6 +20,7 @@ from torch import nn
 
 from gradviz_nb.analysis.layer_health import WEIGHT_FLOOR, LayerHealth, Thresholds, check_layers
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.kinds import Kind, kinds_of
 from gradviz_nb.probes.grad_scale import live_scaler, pending_scale
 from gradviz_nb.probes.no_grad import adapter_switch_reasons, no_grad_reason
 from gradviz_nb.probes.optimizer_check import optimizer_flags
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Flag", "GradientFlow", "ModuleStats", "ParamStats", "gradient_flow"]
 
-FLAG_KINDS = ("no-grad", "nan", "vanishing", "exploding", "dead-adapter", "stale-grad", "frozen",
-              "not-in-optimizer")
+FLAG_KINDS = kinds_of("flow")
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,10 @@ class ModuleStats:
 
 @dataclass(frozen=True)
 class Flag:
-    """Something that looks wrong: ``kind`` (one of :data:`FLAG_KINDS`), what (``target``), and why."""
+    """Something that looks wrong: ``kind`` (of :data:`FLAG_KINDS`, or the monitor's kinds: the registry is
+    :mod:`gradviz_nb.kinds`), what (``target``), and why."""
 
-    kind: str
+    kind: Kind
     target: str  # a parameter name, a module path or an adapter path
     reason: str
     params: tuple[str, ...] = ()  # the parameters concerned

@@ -37,6 +37,7 @@ from torch import nn
 
 from gradviz_nb import files
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.kinds import Kind, as_kind, kinds_of
 from gradviz_nb.probes.flow import Flag, GradientFlow, gradient_flow
 from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
@@ -49,8 +50,7 @@ STATS = ("norm", "max_abs", "ratio", "missing", "update")
 and the optimizer's real update ``||Δw|| / ||w||`` (NaN unless the optimizer is given)."""
 _NORM, _MAX, _RATIO, _MISSING, _UPDATE = range(len(STATS))
 
-MONITOR_KINDS = ("stale-grad", "not-in-optimizer", "no-grad", "spike", "update-size", "clipping", "nan",
-                 "replica-mismatch", "unused-on-rank")
+MONITOR_KINDS = kinds_of("monitor")
 REPLICA_RTOL = 1e-5
 """DDP replicas' gradient norms must agree after the all-reduce; they are bit-identical in practice (every
 rank averages the same buckets), so this only absorbs a reduction order differing across ranks."""
@@ -606,7 +606,7 @@ class GradientMonitor:
             out.append((layer if whole or len(mine) > 1 else self._names[mine[0]], mine))
         return out
 
-    def _event(self, kind: str, target: str, reason: str, params: tuple[str, ...] = ()) -> None:
+    def _event(self, kind: Kind, target: str, reason: str, params: tuple[str, ...] = ()) -> None:
         self.events.append((self.steps_seen, Flag(kind, target, reason, params)))
 
     # -- clipping ----------------------------------------------------------------------------------
@@ -982,7 +982,8 @@ class GradientMonitor:
             mon._rank_hist = torch.full((rows, *rh.shape[1:-1], len(STATS)), math.nan)
             mon._rank_hist[: mon._count, :, :, cols] = rh
         for s, kind, target, reason, params in data["events"]:
-            mon.events.append((s, Flag("stale-grad" if kind == "stale" else kind, target, reason, tuple(params))))
+            kind = as_kind("stale-grad" if kind == "stale" else kind)  # "stale": files of version 1
+            mon.events.append((s, Flag(kind, target, reason, tuple(params))))
         if "clip" in data:
             mon._clip_hits, mon._clip_steps, mon.max_norm = data["clip"]
         mon.scale_used = data.get("scale_used")

@@ -13,9 +13,11 @@ from typing import Protocol
 
 import torch
 
+from gradviz_nb.kinds import Kind
+
 __all__ = ["Finding", "optimizer_flags", "optimizer_roles"]
 
-Finding = tuple[str, str, str, tuple[str, ...]]  # kind, target, reason, params
+Finding = tuple[Kind, str, str, tuple[str, ...]]  # kind, target, reason, params
 
 
 class _Param(Protocol):
