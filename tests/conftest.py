@@ -33,6 +33,7 @@ SLOW_FILES = {
     "test_fsdp2.py",
     "test_distributed.py",
     "test_compile.py",
+    "test_bench.py",  # python -m gradviz_nb.bench --quick: about 40 s on two busy cores
 }
 
 
