@@ -37,8 +37,10 @@ SAME_ELEMENTS = frozenset({
 
 
 def as_list(t: torch.Tensor) -> list[float]:
-    """Every element, flat (a sparse gradient densified first)."""
-    values: list[float] = (t.to_dense() if t.is_sparse else t).flatten().tolist()
+    """Every element, flat (a sparse gradient densified first; a complex one as its magnitudes ``|g|``,
+    like its statistics: the page shows real numbers, never a complex number's real part alone)."""
+    t = t.to_dense() if t.is_sparse else t
+    values: list[float] = (t.abs() if t.is_complex() else t).flatten().tolist()
     return values
 
 
@@ -96,6 +98,8 @@ class _Pending:
             # alone cost more than the backward). Measured on GPT-2's gradients: amax and amin are ~5x faster
             # than aminmax, abs().max() or the inf-norm on the transposed views autograd produces.
             self.stats = torch.stack([torch.linalg.vector_norm(stored), stored.sum(), stored.amax(), stored.amin()])
+            if stored.is_complex():  # statistics of the magnitudes |g|: the true norm and max |g|
+                stored = stored.abs()
         self.n = n
         self.shape = list(g.shape)
         # A leaf's incoming gradient is kept by reference (it costs what .grad would) unless later
@@ -518,5 +522,6 @@ def _numel(v: list[float] | None) -> int | None:
 
 
 def _put(values: dict[str, Any], node_id: str, t: Any) -> None:
-    if isinstance(t, torch.Tensor) and t.numel() <= SMALL and node_id not in values:
+    if isinstance(t, torch.Tensor) and t.numel() <= SMALL and node_id not in values and not t.is_complex() \
+            and not t.is_meta:
         values[node_id] = t.detach().flatten().tolist()

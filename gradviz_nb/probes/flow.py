@@ -199,12 +199,20 @@ def dense_values(g: torch.Tensor) -> tuple[torch.Tensor, int]:
     """The stored values of a gradient as a dense float tensor, and how many implicit zeros it has.
 
     A sparse gradient (``nn.Embedding(sparse=True)``) stores only the rows that were used; duplicates
-    are summed first (``coalesce``), so norms and extremes are those of the real gradient.
+    are summed first (``coalesce``), so norms and extremes are those of the real gradient. A complex
+    gradient is read as its magnitudes ``|g|``: the norm, max-abs, zeros and non-finite count are the
+    complex tensor's own (never its real part's); ``mean`` is then the mean magnitude.
     """
     if g.is_sparse:
-        values = g.detach().coalesce()._values().float()
+        values = magnitudes(g.detach().coalesce()._values()).float()
         return values, g.numel() - values.numel()
-    return g.detach().float(), 0
+    return magnitudes(g.detach()).float(), 0
+
+
+def magnitudes(t: torch.Tensor) -> torch.Tensor:
+    """``|t|`` for a complex tensor (real, same norm and extremes), else ``t``: converting a complex tensor
+    to a real dtype would keep only its real part."""
+    return t.abs() if t.is_complex() else t
 
 
 def _batched_stats(grads: list[torch.Tensor]) -> list[list[float]]:
@@ -227,7 +235,8 @@ def _batched_stats(grads: list[torch.Tensor]) -> list[list[float]]:
 def _weight_norms(params: list[torch.Tensor]) -> list[float]:
     if not params:
         return []
-    norms: list[float] = torch.stack(torch._foreach_norm([p.detach().float() for p in params], 2)).cpu().tolist()
+    norms: list[float] = torch.stack(torch._foreach_norm([magnitudes(p.detach()).float() for p in params], 2)
+                                     ).cpu().tolist()
     return norms
 
 
@@ -248,7 +257,7 @@ def _sharded_stats(grads: list[torch.Tensor | None],
     sums = torch.zeros(2 * n, 4, dtype=torch.float64)  # sum of squares, sum, zeros, non-finite
     maxes = torch.zeros(2 * n, dtype=torch.float64)
     for i, (local, _, _) in enumerate(parts):
-        sums[i, 0] = local.detach().double().square().sum()
+        sums[i, 0] = magnitudes(local.detach()).double().square().sum()
     for i, gp in enumerate(gparts, start=n):
         if gp is None:
             continue

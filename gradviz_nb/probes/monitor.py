@@ -292,6 +292,9 @@ class GradientMonitor:
         self._reached = [False] * len(self._params)
         if not self._opt_refs:
             self._arm()  # with an optimizer, the end of its step arms the check
+        if getattr(self, "_closed", False):
+            raise GradvizError("this monitor is closed: it keeps its history but no longer holds the model. "
+                               "Start a new gv.GradientMonitor(model) to record more steps.")
 
     def _record(self) -> None:
         stats, present, wnorms = self._layer_stats()
@@ -377,7 +380,7 @@ class GradientMonitor:
         own = torch.zeros(2 * n, dtype=torch.float64)  # the same sums, unweighted: this rank's pieces alone
         for i, p in enumerate(self._params):
             w, meshes[n + i], weight = local_part(p)
-            own[n + i] = w.detach().double().square().sum()
+            own[n + i] = _values(w.detach()).double().square().sum()
             sums[n + i] = own[n + i] * weight
             g = p.grad
             if g is None:
@@ -922,7 +925,9 @@ class GradientMonitor:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
-        """Remove every hook (parameters' and optimizers'); the recorded history stays readable."""
+        """Remove every hook (parameters' and optimizers') and let go of everything the monitor held: the
+        parameters, the weights copied for the update ratio, the scaler, the listeners. The recorded history
+        stays readable (``history``, ``flags``, ``summary``, ``save``); :meth:`step` is refused after it."""
         self._finish_update()
         self._finish_scaler()
         for handle in [*self._handles, *self._opt_handles]:
@@ -950,6 +955,12 @@ class GradientMonitor:
             "capacity": self.capacity, "stride": self.stride, "steps_seen": self.steps_seen, "count": self._count,
             "hist": self._hist[: self._count].clone(), "steps": self._steps[: self._count].clone(),
             "rank_hist": None if self._rank_hist is None else self._rank_hist[: self._count].clone(),
+        self._closed = True
+        self._params = []
+        self._index = {}
+        self._snap = {}
+        self._scaler = None
+        self._listeners = []
             "events": [(s, f.kind, f.target, f.reason, list(f.params)) for s, f in self.events],
             "clip": [k, n, self.max_norm], "scale_used": self.scale_used, "amp_skipped": self.amp_skipped,
             "thresholds": asdict(self.thresholds),
@@ -1082,12 +1093,13 @@ def _short(value: object) -> str:
 
 
 def _values(g: torch.Tensor) -> torch.Tensor:
-    """The stored values of a gradient: itself when dense; a sparse one's (coalesced) non-zero values."""
+    """The stored values of a gradient: itself when dense; a sparse one's (coalesced) non-zero values. A
+    complex gradient as its magnitudes ``|g|``: the same norm and max |g| (never its real part's)."""
     if g.layout == torch.sparse_coo:
-        return g.coalesce().values()
-    if g.layout != torch.strided:
-        return g.values()
-    return g
+        g = g.coalesce().values()
+    elif g.layout != torch.strided:
+        g = g.values()
+    return g.abs() if g.is_complex() else g
 
 
 def _ddp_ignored(model: nn.Module | None) -> set[str]:

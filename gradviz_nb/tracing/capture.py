@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -77,20 +78,31 @@ class Capture:
         gv.GraphWidget(loss, capture=cap)
     """
 
-    def __init__(self, model: nn.Module | None, keep_forwards: int | None = None, ghosts: bool = True) -> None:
+    def __init__(self, model: nn.Module | None, keep_forwards: int | None = None, ghosts: bool = True,
+                 weak: bool = False) -> None:
         if model is not None and not isinstance(model, nn.Module):
             raise GradvizError(f"gv.capture expects an nn.Module, got {type(model).__name__}.")
         if keep_forwards is not None:
             positive_int("keep_forwards", keep_forwards, hint="None keeps every forward.")
         boolean("ghosts", ghosts)
         _sequence_counter()  # check the private API exists before any forward runs
-        self._hooked = model  # torch.compile's wrapper is hooked too; names come from the model it wraps
-        self.model = unwrap_compiled(model)
+        # torch.compile's wrapper is hooked too; names come from the model it wraps. ``weak`` (watch mode):
+        # the model is held by weak reference, so a model the user dropped is collected.
+        inner = unwrap_compiled(model)
+        self._hooked_ref: Callable[[], nn.Module | None] = weakref.ref(model) if weak and model is not None \
+            else (lambda: model)
+        self._model_ref: Callable[[], nn.Module | None] = weakref.ref(inner) if weak and inner is not None \
+            else (lambda: inner)
         self._forwards: deque[_Forward] = deque(maxlen=keep_forwards)
         self._stack: list[ModuleCall] = []
         self._handles: list[Any] = []
         self._counts: dict[str, int] = {}
         self._observer = ForwardObserver(model, self._current) if ghosts else None
+
+    @property
+    def model(self) -> nn.Module | None:
+        """The model whose calls are recorded (None once a watched model was collected)."""
+        return self._model_ref()
 
     # -- hooks -------------------------------------------------------------------------------------
     def _pre(self, path: str, module: nn.Module) -> None:
@@ -127,7 +139,9 @@ class Capture:
             self._observer.__enter__()  # type: ignore[no-untyped-call]
         # Two global hooks instead of two per module: starting and stopping cost O(1) hook
         # registrations, and modules outside the model are skipped by one dict lookup.
-        paths = real_named_modules(self._hooked) if self._hooked is not None else {}
+        hooked = self._hooked_ref()
+        paths = real_named_modules(hooked) if hooked is not None else {}
+        del hooked  # the hooks below hold module ids and paths, never a module
 
         # While dynamo traces (torch.compile), the hooks do nothing: reading the sequence counter there would
         # split the user's compiled graph. The compiled region lands in the eager call around it.
@@ -253,36 +267,48 @@ def capture(model: nn.Module | None = None, ghosts: bool = True) -> Capture:
     return Capture(model, ghosts=ghosts)
 
 
-_WATCHED: dict[int, Capture] = {}
+_WATCHED: dict[int, tuple[weakref.ref[nn.Module], Capture]] = {}  # id(model) -> (weak ref, its capture)
 KEEP_FORWARDS = 8  # watch() keeps the calls of this many recent outermost forwards
 
 
 def watch(model: nn.Module) -> Capture:
-    """Keep capturing module calls of ``model`` until :func:`unwatch`.
+    """Keep capturing module calls of ``model`` until :func:`unwatch`, or until the model is collected.
 
     A later ``gv.GraphWidget(loss)`` or ``gv.trace(loss)`` then gets module boxes with no extra
-    argument. Only the last few forwards are kept, so memory stays bounded. Example::
+    argument. Only the last few forwards are kept, so memory stays bounded. The model is held by weak
+    reference: a model you drop is freed, and its hooks are removed with it. Example::
 
         gv.watch(model)
         loss = model(x).sum()
         gv.GraphWidget(loss)
     """
     module("gv.watch(model)", model)
-    if id(model) not in _WATCHED:
+    key = id(model)
+    known = _WATCHED.get(key)
+    if known is None or known[0]() is not model:
         # No ghost observer: a TorchFunctionMode left pushed across cells would interleave with the
         # user's own modes; ghosts need `with gv.capture(model)`.
-        _WATCHED[id(model)] = Capture(model, keep_forwards=KEEP_FORWARDS, ghosts=False).start()
-    return _WATCHED[id(model)]
+        cap = Capture(model, keep_forwards=KEEP_FORWARDS, ghosts=False, weak=True).start()
+
+        def collected(ref: weakref.ref[nn.Module]) -> None:  # the model is gone: its hooks go too
+            entry = _WATCHED.get(key)
+            if entry is not None and entry[0] is ref:
+                del _WATCHED[key]
+                entry[1].stop()
+
+        known = _WATCHED[key] = (weakref.ref(model, collected), cap)
+    return known[1]
 
 
 def unwatch(model: nn.Module) -> None:
     """Stop :func:`watch` on ``model`` and remove its hooks (no-op if not watched)."""
     module("gv.unwatch(model)", model)
-    cap = _WATCHED.pop(id(model), None)
-    if cap is not None:
-        cap.stop()
+    entry = _WATCHED.get(id(model))
+    if entry is not None and entry[0]() is model:
+        del _WATCHED[id(model)]
+        entry[1].stop()
 
 
 def watched() -> list[Capture]:
     """The captures started by :func:`watch` that are still running."""
-    return list(_WATCHED.values())
+    return [cap for ref, cap in list(_WATCHED.values()) if ref() is not None]

@@ -129,6 +129,12 @@ def _made_seq(t: torch.Tensor, before: int) -> int | None:
     return int(fn._sequence_nr()) if fn is not None else None
 
 
+def _readable_values(t: torch.Tensor) -> bool:
+    """Values a node can show: real numbers in memory. Not a meta tensor (shapes only, no data), a sparse
+    or other non-strided layout, or a complex tensor (a node shows real numbers, never a silent real part)."""
+    return not t.is_meta and t.layout == torch.strided and not t.is_complex()
+
+
 def _is_detach(func: Any) -> bool:
     return func is torch.Tensor.detach or getattr(func, "__self__", None) is _DATA_GETTER
 
@@ -175,7 +181,7 @@ class ForwardObserver(TorchFunctionMode):
                                              target._version, call.path if call else "", user_line()))
         if type(out) is torch.Tensor and _has_grad_fn(out) and out.numel() <= SMALL_VALUE:
             seq = _made_seq(out, before)
-            if seq is not None:
+            if seq is not None and _readable_values(out):
                 self.values.setdefault(seq, out.detach().flatten().tolist())
         # Hot path (every torch call in the forward): nothing to do unless a detach happens or a ghost
         # (or a frozen parameter) may be among the inputs.

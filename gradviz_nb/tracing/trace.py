@@ -127,6 +127,8 @@ def _small(t: torch.Tensor) -> list[float] | None:
     return t.detach().flatten().tolist()
 
 
+    if t.is_meta or t.layout != torch.strided or t.is_complex():  # no data / not a list of real numbers
+        return None
 def _check_roots(roots: Any, model: nn.Module | None) -> list[torch.Tensor]:
     _check_model(model)
     tensors = [roots] if isinstance(roots, torch.Tensor) else roots

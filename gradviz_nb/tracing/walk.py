@@ -238,6 +238,12 @@ def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -
         t = _local_piece(t)
         if t is not outer:
             entry["sharded"] = True  # bytes and storage: this rank's piece
+    if t.layout != torch.strided:  # sparse: no storage of its own; its index and value tensors hold the memory
+        nbytes = sum(part.numel() * part.element_size() for part in _sparse_parts(t))
+        index, param = len(storages), _is_parameter(outer)
+        storages[(t.device, -1 - index)] = (index, param, nbytes)
+        entry.update(bytes=nbytes, storage=index, storage_bytes=nbytes, param=param)
+        return
     size = t.element_size()
     # The storage's base address without building a storage object per tensor (most saved tensors
     # share a few storages); the storage itself is asked once per walk for its size.
@@ -251,6 +257,16 @@ def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _sparse_parts(t: torch.Tensor) -> list[torch.Tensor]:
+    """The dense tensors a sparse tensor is made of (indices and values), for its memory."""
+    if t.layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    names = {torch.sparse_csr: ("crow_indices", "col_indices"), torch.sparse_bsr: ("crow_indices", "col_indices"),
+             torch.sparse_csc: ("ccol_indices", "row_indices"), torch.sparse_bsc: ("ccol_indices", "row_indices")}
+    parts = [getattr(t, name)() for name in names.get(t.layout, ())]
+    return [*parts, t.values()] if t.layout in names else []
 
 
 def _local_piece(t: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,13 @@ from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
 
 
+def _cell_holds(cell: Any, obj: object) -> bool:
+    try:
+        return cell.cell_contents is obj
+    except ValueError:  # an empty cell
+        return False
+
+
 class GraphWidget(anywidget.AnyWidget):
     """Interactive view of the autograd graph behind ``roots``.
 
@@ -134,6 +141,40 @@ class GraphWidget(anywidget.AnyWidget):
         self._lazy_graph = built.lazy
         super().__init__(**built.state, **kwargs)
         self.on_msg(self._on_page_message)
+
+    def close(self) -> None:
+        """Release this widget: its comm (the page stops answering), then the graph, the lazy index, the
+        re-run, the synced data (graph, recording, diff, overlay, ...) and every observer.
+
+        ipywidgets keeps each widget in its registry of live widgets (``Widget.widgets``) until it is
+        closed, so a widget you only drop (``del w``, a cell run again) stays in memory with its graph.
+        Call ``close()`` when a view is done with, e.g. before making a new one in a loop. A closed
+        widget cannot be shown again: build a new one."""
+        self.on_msg(self._on_page_message, remove=True)
+        super().close()
+        self._forget_file_watch()
+        self.unobserve_all()
+        with self.hold_trait_notifications():
+            for name in Traits.__annotations__:  # drop the data without sending it anywhere
+                self._trait_values[name] = self.trait_defaults(name)
+        self._lazy_graph = None
+        self._rerun = None
+        self.__dict__.pop("graph", None)
+
+    def _forget_file_watch(self) -> None:
+        """anywidget connects every instance to its class's ``_esm`` file (hot reload: a new bundle reaches
+        open widgets) through a strong reference to the instance: without this, no widget is ever freed."""
+        # traitlets' add_traits made type(self) a subclass whose _esm is a trait: the file is further up
+        sources = [vars(k)[key] for k in type(self).__mro__ for key in ("_esm", "_css") if key in vars(k)]
+        for source in sources:
+            changed = getattr(source, "changed", None)
+            if changed is None:
+                continue
+            for slot in list(getattr(changed, "_slots", ())):
+                fn = slot.dereference()
+                cells = getattr(fn, "__closure__", None) or ()
+                if any(_cell_holds(c, self) for c in cells):
+                    changed.disconnect(fn)
 
     def lazy_graph(self) -> LazyGraph:
         """The index that answers the page's load requests (built on first use for an eager widget)."""
@@ -248,3 +289,5 @@ class GraphWidget(anywidget.AnyWidget):
 
     def __repr__(self) -> str:
         return f"<GraphWidget: {self.graph!r}>"
+        if "graph" not in self.__dict__:
+            return "<GraphWidget: closed>"
