@@ -280,6 +280,9 @@ class GradientMonitor:
         """
         if self._model_ref is None:
             raise GradvizError("this monitor was loaded from a file: it has a history but no model to record.")
+        if getattr(self, "_closed", False):
+            raise GradvizError("this monitor is closed: it keeps its history but no longer holds the model. "
+                               "Start a new gv.GradientMonitor(model) to record more steps.")
         self.steps_seen += 1
         self._finish_update()
         self._finish_scaler()
@@ -292,9 +295,6 @@ class GradientMonitor:
         self._reached = [False] * len(self._params)
         if not self._opt_refs:
             self._arm()  # with an optimizer, the end of its step arms the check
-        if getattr(self, "_closed", False):
-            raise GradvizError("this monitor is closed: it keeps its history but no longer holds the model. "
-                               "Start a new gv.GradientMonitor(model) to record more steps.")
 
     def _record(self) -> None:
         stats, present, wnorms = self._layer_stats()
@@ -936,6 +936,12 @@ class GradientMonitor:
         self._opt_handles.clear()
         self._stale_check = False
         self._armed = [None] * len(self._params)
+        self._closed = True
+        self._params = []
+        self._index = {}
+        self._snap = {}
+        self._scaler = None
+        self._listeners = []
 
     def __enter__(self) -> GradientMonitor:
         return self
@@ -955,12 +961,6 @@ class GradientMonitor:
             "capacity": self.capacity, "stride": self.stride, "steps_seen": self.steps_seen, "count": self._count,
             "hist": self._hist[: self._count].clone(), "steps": self._steps[: self._count].clone(),
             "rank_hist": None if self._rank_hist is None else self._rank_hist[: self._count].clone(),
-        self._closed = True
-        self._params = []
-        self._index = {}
-        self._snap = {}
-        self._scaler = None
-        self._listeners = []
             "events": [(s, f.kind, f.target, f.reason, list(f.params)) for s, f in self.events],
             "clip": [k, n, self.max_norm], "scale_used": self.scale_used, "amp_skipped": self.amp_skipped,
             "thresholds": asdict(self.thresholds),

@@ -122,13 +122,13 @@ def _small(t: torch.Tensor) -> list[float] | None:
     forward are resized to zero bytes)."""
     if t.numel() > SMALL_VALUE or type(t) not in (torch.Tensor, nn.Parameter):
         return None
+    if t.is_meta or t.layout != torch.strided or t.is_complex():  # no data / not a list of real numbers
+        return None
     if t.numel() and t.untyped_storage().nbytes() < (t.storage_offset() + 1) * t.element_size():
         return None
     return t.detach().flatten().tolist()
 
 
-    if t.is_meta or t.layout != torch.strided or t.is_complex():  # no data / not a list of real numbers
-        return None
 def _check_roots(roots: Any, model: nn.Module | None) -> list[torch.Tensor]:
     _check_model(model)
     tensors = [roots] if isinstance(roots, torch.Tensor) else roots

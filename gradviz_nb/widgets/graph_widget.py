@@ -288,6 +288,6 @@ class GraphWidget(anywidget.AnyWidget):
         display_with_fallback(self)
 
     def __repr__(self) -> str:
-        return f"<GraphWidget: {self.graph!r}>"
         if "graph" not in self.__dict__:
             return "<GraphWidget: closed>"
+        return f"<GraphWidget: {self.graph!r}>"
