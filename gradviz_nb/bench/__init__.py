@@ -32,9 +32,11 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from gradviz_nb.demo_models import GPT2, GPT2Config
 from gradviz_nb.probes.backward import record_backward
@@ -127,8 +129,21 @@ def _loss(model: GPT2, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.flatten(0, -2), y.flatten())
 
 
-def measure(m: Model, reps: int, monitor_reps: int) -> list[Row]:
-    """Every row for one model."""
+class _OpCounter(TorchFunctionMode):
+    """Counts the torch calls a forward makes (what capture's observer sees)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def measure(m: Model, reps: int, monitor_reps: int, fixed: tuple[float, float] | None = None) -> list[Row]:
+    """Every row for one model; ``fixed`` (capture's cost per module call and per op, :func:`fixed_costs`)
+    adds the capture overhead those predict for this model's forward (its calls and ops counted)."""
     torch.manual_seed(0)
     model = GPT2(m.config)
     x, y = _tokens(m.config, m)
@@ -169,6 +184,15 @@ def measure(m: Model, reps: int, monitor_reps: int) -> list[Row]:
         variants["torchlens"] = lambda: torchlens.log_forward_pass(model, x, layers_to_save=None)
     t = interleaved(variants, reps)
     rows.append(Row(m.name, "forward in gv.capture", "plain forward", t["capture"], t["plain"], "<= 1.05"))
+    if fixed is not None:
+        with capture(model) as cap:
+            _loss(model, x, y)
+        with _OpCounter() as counter:
+            _loss(model, x, y)
+        calls = len(cap.calls)
+        extra = calls * fixed[0] + counter.n * fixed[1]
+        rows.append(Row(m.name, f"forward in gv.capture, predicted ({calls} calls, {counter.n} ops x fixed costs)",
+                        "plain forward", t["plain"] + extra, t["plain"], "<= 1.05"))
     rows.append(Row(m.name, "gv.capture + gv.trace", "plain forward", t["capture+trace"], t["plain"]))
     for peer, label in (("torchview", "torchview draw_graph (peer)"),
                         ("torchlens", "torchlens log_forward_pass (peer)")):
@@ -268,7 +292,7 @@ def _ms(s: float) -> str:
 
 def table(rows: Sequence[Row], reps: int) -> str:
     lines = [f"Measured {machine()}; minimum of {reps} interleaved runs "
-             "(monitor rows: fewer, each run is 10 steps).", "",
+             "(monitor rows: 2, each run is 10 steps).", "",
              "| model | feature | / plain | ratio | goal | feature ms | plain ms |",
              "|---|---|---|---:|---|---:|---:|"]
     for r in rows:
@@ -305,10 +329,10 @@ def main(argv: Sequence[str] | None = None) -> str:
     torch.set_num_threads(1)
     reps = args.reps or (2 if args.quick else 9)
     rows: list[Row] = []
+    per_call, per_op = fixed_costs(reps, n=200 if args.quick else 2000)
     for m in models(args.quick):
         if args.only in m.name:
-            rows += measure(m, reps, monitor_reps=max(1, min(reps, 3)))
-    per_call, per_op = fixed_costs(reps, n=200 if args.quick else 2000)
+            rows += measure(m, reps, monitor_reps=1 if args.quick else 2, fixed=(per_call, per_op))
     text = table(rows, reps) + (
         f"\n\nFixed costs of gv.capture: capture per module call {per_call * 1e6:.1f} us (two global hooks, "
         f"nn.Identity calls), capture per op {per_op * 1e6:.1f} us (the ghost and value observer, a "
