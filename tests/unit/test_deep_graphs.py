@@ -12,6 +12,7 @@ import textwrap
 import weakref
 from pathlib import Path
 
+import pytest
 import torch
 
 import gradviz_nb as gv
@@ -78,6 +79,18 @@ def test_capture_trace_and_every_tool_on_a_100k_chain() -> None:
         assert len(gv.to_json(g)) > len(g)
         print("ok", len(g))
     """)
+    assert "ok 100005" in out
+
+
+@pytest.mark.slow  # from_json checks every record against the data model: minutes for 100k nodes
+def test_json_round_trip_of_a_100k_chain() -> None:
+    out = _run("""
+        g = gv.trace(chain(w), names={"w": w})
+        back = gv.from_json(gv.to_json(g))
+        assert list(back.nx.nodes) == list(g.nx.nodes)
+        assert back.what_if(freeze=["w"]).lost == ["w"]
+        print("ok", len(back))
+    """, timeout=900)
     assert "ok 100005" in out
 
 
