@@ -14,6 +14,7 @@ No test here starts a browser (``tests/page/test_files_safe_browser.py`` has the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import io
@@ -302,9 +303,20 @@ def test_a_read_only_directory_is_one_clear_error(tmp_path: Path) -> None:
 
 # -- 4. GradientMonitor.load --------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _guarded_allocations() -> Iterator[None]:
+    """Fail (instead of allocating) if a reader asks torch for a buffer of more than 10M elements."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _guard(monkeypatch)
+        yield
+
+
 @pytest.fixture
 def allocation_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail (instead of allocating) if a reader asks torch for a buffer of more than 10M elements."""
+    _guard(monkeypatch)
+
+
+def _guard(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("full", "zeros", "empty", "ones"):
         real = getattr(torch, name)
 
@@ -436,12 +448,13 @@ def test_load_refuses_files_that_are_not_a_save(tmp_path: Path, allocation_guard
 def _load_or_refuse(blob: bytes, tmp: Path) -> None:
     path = tmp / "fuzz.pt"
     path.write_bytes(blob)
-    try:
-        mon = gv.GradientMonitor.load(path)
-    except gv.GradvizError:
-        return
-    mon.summary()  # what was accepted is usable
-    mon.history()
+    with _guarded_allocations():
+        try:
+            mon = gv.GradientMonitor.load(path)
+        except gv.GradvizError:
+            return
+        mon.summary()  # what was accepted is usable
+        mon.history()
 
 
 @pytest.fixture(scope="module")
