@@ -101,7 +101,11 @@ _WRAP = f"if (aspect) await {HOOK}.wrap(aspect);"
 def save_png(view: Any, path: str | os.PathLike[str], scale: float = 2, aspect: float | None = None) -> pathlib.Path:
     """Write the whole current view (all of it, not just what fits) as PNG at ``scale`` x resolution.
     ``aspect`` (width / height, e.g. ``16 / 9``) lays a long graph out in columns that fit a slide,
-    instead of one tall strip."""
+    instead of one tall strip.
+
+    ``scale`` must be finite, > 0 and <= :data:`MAX_SCALE`; ``aspect`` finite, 0.1 to 10; ``path`` a ``.png`` file
+    in an existing directory. All three are checked before the browser starts, and the file is written
+    atomically: a refused argument or a failed render leaves an existing file byte for byte."""
     try:
         scale, aspect = _check_scale(scale), _check_aspect(aspect)
     except GradvizError as err:
