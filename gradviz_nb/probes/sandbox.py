@@ -35,11 +35,12 @@ counter does not move and a graph the user still holds stays usable.
 
 What cannot be restored: what the code printed or logged, files it wrote, data it sent (network,
 collectives, a logger), data loader iterators it advanced, Python objects other than the ones above
-(attributes the code set on the model, globals, caches), tensors the sandbox was not told about
-(pass them in ``tensors=``), version counters of tensors that were written, CUDA memory-allocator state,
-and inference mode. Holding the snapshot costs one copy of the parameters, buffers, gradients and
-optimizer state. After the ``with`` block the sandbox drops every reference it held (the model can be
-garbage-collected even if the sandbox object is kept).
+(attributes the code set on the model, globals, caches, a ``GradScaler``'s scale), tensors the sandbox was
+not told about (pass them in ``tensors=``), modules and optimizers it was not given (a model the code
+closes over but the probe was not passed), version counters of tensors that were written, CUDA
+memory-allocator state, and inference mode. Holding the snapshot costs one copy of the parameters,
+buffers, gradients and optimizer state. After the ``with`` block the sandbox drops every reference it held
+(the model can be garbage-collected even if the sandbox object is kept).
 """
 
 from __future__ import annotations
