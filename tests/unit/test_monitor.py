@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import gradviz_nb as gv
+from gradviz_nb.bugzoo.cases_monitor import _Detached
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, gpt2_loss
 
 
@@ -311,16 +312,6 @@ def test_lr_zero_param_group_is_told_apart() -> None:
     assert blind.flags() == []
     mon.close()
     blind.close()
-
-
-class _Detached(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.fc2(self.fc1(x).relu().detach())
-        return out
 
 
 def test_no_grad_after_three_recorded_steps() -> None:

@@ -22,9 +22,8 @@ import torch
 from torch import nn
 
 import gradviz_nb as gv
+from gradviz_nb.bugzoo.cases_nonfinite import LogFeatures, LogNet  # the zoo's model: ReLU zeros reach a log
 from gradviz_nb.probes.nonfinite import _finite, _watched_run
-
-HERE = os.path.abspath(__file__)
 
 
 def _line_of(obj: Any, text: str) -> str:
@@ -32,7 +31,7 @@ def _line_of(obj: Any, text: str) -> str:
     lines, start = inspect.getsourcelines(obj)
     for i, line in enumerate(lines):
         if text in line:
-            return f"{HERE}:{start + i}"
+            return f"{inspect.getsourcefile(obj)}:{start + i}"
     raise AssertionError(f"{text!r} not in the source of {obj}")
 
 
@@ -57,24 +56,6 @@ def _state() -> tuple[Any, ...]:
 
 
 # -- models with a known bug --------------------------------------------------------------------------------
-
-
-class LogFeatures(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.log(x**2)
-
-
-class LogNet(nn.Module):
-    """ReLU outputs that are exactly 0 reach a log: -inf, then inf - inf = NaN in the head's matmul."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
-        self.features = LogFeatures()
-        self.head = nn.Linear(16, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(self.encoder(x)))
 
 
 def _log_case() -> tuple[LogNet, Callable[[], None], torch.Tensor, torch.Tensor]:
