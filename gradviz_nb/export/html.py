@@ -1,7 +1,9 @@
 """One self-contained HTML page: the widget's bundle, its current state and a tiny stand-in model.
 
-The page needs no kernel and no network: the same ESM bundle anywidget loads is embedded (as a JSON
-string, imported from a Blob URL), and a small fake model (get/set/on/off/save_changes/send) holds the
+The page needs no kernel and no network: the canvas bundle (``static/widget.js``) is embedded
+gzip-compressed and base64-encoded, as the kernel's runtime model holds it (``gradviz_nb.widgets.runtime``:
+0.9 MB instead of 2.2 MB), decoded with the browser's ``DecompressionStream`` and imported from a Blob
+URL; a small fake model (get/set/on/off/save_changes/send) holds the
 widget's synced traits. Everything interactive that the page computes itself keeps working: pan/zoom,
 expand/collapse, details, what-if toggles, the backward stepper. A lazy widget's page (a big graph)
 embeds the reply body of every module call's load request too, computed ahead by the kernel's own
@@ -23,6 +25,7 @@ from typing import Any
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.files import target, write_atomic
 from gradviz_nb.widgets.page.state import Snapshot, page_snapshot
+from gradviz_nb.widgets.runtime import ENCODING, encoded_bundle
 
 BUNDLE = pathlib.Path(__file__).parent.parent / "static" / "widget.js"
 # Traits that make no sense without a kernel: the page must not offer a re-run.
@@ -99,7 +102,12 @@ const read = (id) => JSON.parse(document.getElementById(id).textContent);
 const answers = document.getElementById("gradviz-answers");
 const model = gradvizFakeModel(read("gradviz-state"), answers ? read("gradviz-answers") : null);
 window.gradvizModel = model;
-const url = URL.createObjectURL(new Blob([read("gradviz-bundle")], { type: "text/javascript" }));
+const bundle = read("gradviz-bundle");  // {encoding: "gzip+base64", code}
+const binary = atob(bundle.code);
+const bytes = new Uint8Array(binary.length);
+for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+const source = await new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text();
+const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
 const widget = (await import(url)).default;
 const el = document.getElementById("gradviz-host");
 await widget.render({ model, el });
@@ -168,7 +176,7 @@ def page_html(snap: Snapshot, title: str | None = None) -> str:
         caption=html.escape(snap.caption),
         state=script_json(exported_state(snap)),
         answers=answers,
-        bundle=script_json(BUNDLE.read_text(encoding="utf-8")),
+        bundle=script_json({"encoding": ENCODING, "code": encoded_bundle(BUNDLE)[0]}),
         mount=MOUNT,
     )
 
