@@ -247,7 +247,8 @@ def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -
     size = t.element_size()
     # The storage's base address without building a storage object per tensor (most saved tensors
     # share a few storages); the storage itself is asked once per walk for its size.
-    key = (t.device, t.data_ptr() - int(t.storage_offset()) * size)
+    # A meta tensor has no memory (data_ptr 0 for all): its storage object tells which ones would share.
+    key = (t.device, t.untyped_storage()._cdata if t.is_meta else t.data_ptr() - int(t.storage_offset()) * size)
     known = storages.get(key)
     if known is None:
         # One storage is a parameter's or not for every tensor on it (Parameter's isinstance is slow).

@@ -134,3 +134,16 @@ def test_sparse_inputs_and_sparse_leaves_trace() -> None:
 def test_an_integer_root_is_refused_clearly() -> None:
     with pytest.raises(gv.GradvizError, match="no autograd graph"):
         gv.trace(torch.arange(3))
+
+
+def test_memory_held_of_a_meta_model_equals_the_real_one() -> None:
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh())
+
+    with torch.device("meta"):
+        meta = build()
+    real = build()
+    on_meta = gv.memory_held(gv.trace(meta(torch.randn(4, 8, device="meta")).sum(), model=meta))
+    on_cpu = gv.memory_held(gv.trace(real(torch.randn(4, 8)).sum(), model=real))
+    assert repr(on_meta) == repr(on_cpu)  # the same tensors share the same (would-be) storage
