@@ -56,8 +56,8 @@ class TensorSummary(TypedDict):
 
 
 def readable(t: torch.Tensor) -> bool:
-    """A plain, allocated tensor whose values may be read here."""
-    if type(t) not in (torch.Tensor, nn.Parameter) or t.is_meta:
+    """A plain, allocated tensor whose values may be read here (real numbers: not a complex or sparse one)."""
+    if type(t) not in (torch.Tensor, nn.Parameter) or t.is_meta or t.layout != torch.strided or t.is_complex():
         return False
     return not t.numel() or t.untyped_storage().nbytes() >= (t.storage_offset() + 1) * t.element_size()
 

@@ -147,3 +147,11 @@ def test_memory_held_of_a_meta_model_equals_the_real_one() -> None:
     on_meta = gv.memory_held(gv.trace(meta(torch.randn(4, 8, device="meta")).sum(), model=meta))
     on_cpu = gv.memory_held(gv.trace(real(torch.randn(4, 8)).sum(), model=real))
     assert repr(on_meta) == repr(on_cpu)  # the same tensors share the same (would-be) storage
+
+
+def test_leaf_summaries_skip_complex_and_sparse_tensors() -> None:
+    from gradviz_nb.tracing.summary import summarize
+
+    assert summarize(torch.randn(3, dtype=torch.complex64)) is None  # never a silent real part
+    assert summarize(torch.randn(4, 5).relu().to_sparse()) is None
+    assert summarize(torch.randn(3)) is not None
