@@ -13,6 +13,8 @@ import { createLegend, createTooltip } from "./panels/legend";
 import { createToolbar } from "./panels/toolbar";
 import { pressKey, tapEdge, tapElement } from "./core/clicks";
 import { createCore, type Core } from "./core/context";
+import { createErrorBox, ERROR_BOX_CSS } from "./core/errorbox";
+import { guardModel } from "./core/guard";
 import { coreHooks, type CoreHooks } from "./core/hooks";
 import { collapseEverything, expandEverything } from "./core/disclosure";
 import { applyHeight, relayout } from "./core/drawing";
@@ -26,7 +28,19 @@ import { FEATURES, type FeatureHooks } from "./features";
 /** `root.__gradviz`: the core's hooks and every feature's (documented in js/README.md). */
 export type GradvizHooks = CoreHooks & FeatureHooks;
 
-function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
+/** Never throws: malformed traits and failures show the error box inside the widget (`core/guard.ts`). */
+function render(props: Pick<RenderProps<Traits>, "model" | "el">): () => void {
+  try {
+    return renderWidget(props);
+  } catch (err) {
+    return renderFailure(props.el, err);
+  }
+}
+
+function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
+  // Every trait is validated before the code below reads it; listeners and handlers run guarded.
+  const errorBox = createErrorBox();
+  const { model, run, checkAll } = guardModel(raw, errorBox);
   const root = h("div", { class: "gradviz-root", "data-testid": "gradviz-root" });
   const style = document.createElement("style");
   const canvas = h("div", { class: "gradviz-canvas", "data-testid": "gradviz-canvas" });
@@ -39,25 +53,25 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   // The callbacks run after `core` exists (on user events), so they may name it here.
   const theme = readTheme(root);
   const view = new GraphView(canvas, theme, {
-    tap: (key, kind, shift) => tapElement(core, key, kind, shift),
-    tapEdge: (key) => tapEdge(core, key),
-    background: () => setSelected(core, ""),
-    hover(key, client) {
+    tap: run("a click", (key: string, kind: string, shift: boolean) => tapElement(core, key, kind, shift)),
+    tapEdge: run("a click on an edge", (key: string) => tapEdge(core, key)),
+    background: run("a click", () => setSelected(core, "")),
+    hover: run("the pointer", (key: string | null, client: { x: number; y: number }) => {
       if (!key) {
         tooltip.hide();
         return;
       }
       tooltip.show(tooltipText(core, key), client, body);
-    },
+    }),
   });
   const toolbar = createToolbar({
-    fit: () => fitWhole(core),
-    zoomReset: () => view.zoomReset(),
-    relayout: () => void relayout(core, {}),
-    expandAll: () => void expandEverything(core),
-    collapseAll: () => void collapseEverything(core),
-    savePNG: () => download(view.toPNGBlob(2), "gradviz.png"),
-    saveSVG: () => download(new Blob([view.toSVG()], { type: "image/svg+xml" }), "gradviz.svg"),
+    fit: run("Fit", () => fitWhole(core)),
+    zoomReset: run("the zoom reset", () => view.zoomReset()),
+    relayout: run("Re-layout", () => relayout(core, {})),
+    expandAll: run("Expand all", () => expandEverything(core)),
+    collapseAll: run("Collapse all", () => collapseEverything(core)),
+    savePNG: run("the PNG download", () => download(view.toPNGBlob(2), "gradviz.png")),
+    saveSVG: run("the SVG download", () => download(new Blob([view.toSVG()], { type: "image/svg+xml" }), "gradviz.svg")),
   });
   const details = createDetails(
     () => setSelected(core, ""),
@@ -77,7 +91,7 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   const side = h("div", { class: "gradviz-side" });
   body.append(details.element, legend.element, tooltip.element);
   const main = h("div", { class: "gradviz-main" }, side, body);
-  root.append(toolbar.element, top, toolbar.info, toolbar.message, main);
+  root.append(toolbar.element, top, toolbar.info, toolbar.message, errorBox.element, main);
   root.tabIndex = 0;
   // JupyterLab must not take the keys we handle while the widget has focus.
   root.setAttribute("data-lm-suppress-shortcuts", "true");
@@ -86,41 +100,45 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
   const slots: Slots = { top, side, body, tools: toolbar.tools };
   const features: Feature[] = FEATURES.map((make) => make(core, slots) as Feature);
   core.features = features;
-  style.textContent = [css, ...features.map((f) => f.css ?? "")].join("\n");
+  style.textContent = [css, ERROR_BOX_CSS, ...features.map((f) => f.css ?? "")].join("\n");
   // The first feature wins, so its rules go last.
   const restyle = (t: Theme): void => view.setStyles(t, [...features].reverse().flatMap((f) => f.styles?.(t) ?? []));
   restyle(theme);
   let font = theme.fontFamily;
-  const stopTheme = watchTheme(root, theme, (t) => {
+  const stopTheme = watchTheme(root, theme, run("a theme change", (t: Theme) => {
     restyle(t);
     root.dataset.theme = t.dark ? "dark" : "light";
     if (t.fontFamily !== font) {
       font = t.fontFamily;
       void relayout(core, {}); // node sizes are measured in the font
     } else repaint(core); // legends and features' palettes follow
-  });
+  }));
   root.dataset.theme = theme.dark ? "dark" : "light";
 
   const setHeight = (): void => applyHeight(core);
-  const onKey = (e: KeyboardEvent): void => pressKey(core, e);
-  const onPointerDown = (e: Event): void => {
+  const onKey = run("a key", (e: KeyboardEvent) => pressKey(core, e));
+  const onPointerDown = run("the pointer", (e: Event) => {
     const tag = (e.target as HTMLElement | null)?.tagName ?? "";
     if (!["BUTTON", "INPUT", "SELECT", "TEXTAREA", "OPTION"].includes(tag)) root.focus({ preventScroll: true });
-  };
+  });
   root.addEventListener("keydown", onKey);
   // Cytoscape blurs the focused element on mousedown: take the focus when the button comes up.
   root.addEventListener("pointerup", onPointerDown, { capture: true });
   const disconnect = connectTraits(core, setHeight);
   const hideTooltip = (): void => tooltip.hide();
   canvas.addEventListener("mouseleave", hideTooltip);
-  const resizeObserver = new ResizeObserver(() => view.resize());
+  const resizeObserver = new ResizeObserver(run("a resize", () => view.resize()));
   resizeObserver.observe(body);
 
   const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as GradvizHooks;
   (root as HTMLElement & { __gradviz?: GradvizHooks }).__gradviz = hooks;
 
-  setHeight();
-  loadPayload(core);
+  checkAll();
+  run("drawing the graph", () => {
+    setHeight();
+    // A refused graph is not drawn (nor are the open boxes reset to fit it): a good one will be.
+    if (!errorBox.graphRefused) loadPayload(core);
+  })();
 
   return () => {
     disconnect();
@@ -135,6 +153,21 @@ function render({ model, el }: Pick<RenderProps<Traits>, "model" | "el">): () =>
     view.destroy();
     root.remove();
   };
+}
+
+/** `render` itself failed (nothing it built can be trusted): a plain box in `el` saying so. */
+function renderFailure(el: HTMLElement, err: unknown): () => void {
+  for (const child of [...el.children]) if (child.classList.contains("gradviz-root")) child.remove();
+  const box = document.createElement("div");
+  box.setAttribute("role", "alert");
+  box.dataset.testid = "gradviz-error";
+  box.style.cssText =
+    "padding:8px 10px;border-left:4px solid #d32f2f;background:rgba(211,47,47,0.1);font:12px/1.45 system-ui,sans-serif;overflow-wrap:anywhere;white-space:pre-wrap";
+  box.textContent =
+    `The graph widget could not start: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}\n` +
+    "What to do: run the cell again; if this comes back, report this message (and the browser console) as a bug.";
+  el.append(box);
+  return () => box.remove();
 }
 
 /** The toolbar's Fit: everything in view, and a word when that is too small to read. */
