@@ -34,6 +34,7 @@ SLOW_FILES = {
     "test_distributed.py",
     "test_compile.py",
     "test_bench.py",  # python -m gradviz_nb.bench --quick: about 40 s on two busy cores
+    "test_docs.py",  # mkdocs build --strict: 30-70 s on two busy cores
 }
 
 
