@@ -451,27 +451,30 @@ def _graphml(h: Host, f: Fault, graph: gv.AutogradGraph, tmp: Path) -> None:
 
 
 def _widget(h: Host, f: Fault, loss: torch.Tensor, _: Path) -> None:
-    gv.GraphWidget(loss, model=h.model)
+    gv.GraphWidget(loss, model=h.model).close()
 
 
 def _from_fn(h: Host, f: Fault, _: Any, __: Path) -> None:
     with f.armed():
-        gv.GraphWidget.from_fn(h.loss, model=h.model)
+        w = gv.GraphWidget.from_fn(h.loss, model=h.model)
+    w.close()  # a from_fn widget holds fn (and so the model) to re-run it, until it is closed
 
 
 def _widget_actions(h: Host, f: Fault, _: Any, __: Path) -> None:
     w = gv.GraphWidget.from_fn(h.loss, model=h.model)
-    detach, freeze = _first_op_and_leaf(w.graph)
-    w.toggles = {"detach": [f"{n}:0" for n in detach], "freeze": freeze}
-    with f.armed():
-        reply = w.answer({"id": 1, "kind": "verify", "body": {}})
-    assert reply is not None
-    if f.fired:  # the page is told; the user's state is back
-        assert "injected fault" in w.verified["error"], w.verified
-    else:
-        assert reply["ok"] and not w.verified["error"], (reply, w.verified)
-    w.answer({"id": 2, "kind": "load", "body": {"calls": [""]}})
-    w.close()
+    try:
+        detach, freeze = _first_op_and_leaf(w.graph)
+        w.toggles = {"detach": [f"{n}:0" for n in detach], "freeze": freeze}
+        with f.armed():
+            reply = w.answer({"id": 1, "kind": "verify", "body": {}})
+        assert reply is not None
+        if f.fired:  # the page is told; the user's state is back
+            assert "injected fault" in w.verified["error"], w.verified
+        else:
+            assert reply["ok"] and not w.verified["error"], (reply, w.verified)
+        w.answer({"id": 2, "kind": "load", "body": {"calls": [""]}})
+    finally:
+        w.close()
 
 
 def _dashboard(h: Host, f: Fault, loss: torch.Tensor, _: Path) -> None:
@@ -640,16 +643,9 @@ def test_the_fingerprint_is_not_blind() -> None:
     assert {"grad head.weight", "module conv", "rng torch", "rng python", "rng numpy", "module bn"} <= set(changed)
 
 
-# A from_fn widget holds fn (and so the model) to re-run it, and anywidget keeps every instance alive: it
-# connects a per-instance lambda to the class-level FileContents signal of a pathlib `_esm`, never
-# disconnected, not even by close(). Listed so the test turns red when that is fixed: remove them then.
-KNOWN_LEAKS = {("GraphWidget.from_fn", "ok"), ("GraphWidget actions (verify, load)", "ok"),
-               ("GraphWidget actions (verify, load)", "fault")}
-
-
 def test_no_entry_point_keeps_the_model_alive() -> None:
-    """Once the user drops the model (and what the call returned), nothing of gradviz_nb keeps it alive:
-    every entry point, on success and with the fault, then one garbage collection."""
+    """Once the user drops the model (and what the call returned, widgets closed), nothing of gradviz_nb keeps
+    it alive: every entry point, on success and with the fault, then one garbage collection."""
     refs: dict[tuple[str, str], weakref.ref[nn.Module]] = {}
     for entry_name, entry in ENTRIES.items():
         for mode in ("ok", "fault") if entry.user_code or entry.observer else ("ok",):
@@ -667,6 +663,5 @@ def test_no_entry_point_keeps_the_model_alive() -> None:
                     del err
             del host, ctx
     gc.collect()
-    alive = {case for case, ref in refs.items() if ref() is not None}
-    assert alive - KNOWN_LEAKS == set(), f"these keep the model alive: {sorted(alive - KNOWN_LEAKS)}"
-    assert KNOWN_LEAKS - alive == set(), f"fixed, remove from KNOWN_LEAKS: {sorted(KNOWN_LEAKS - alive)}"
+    alive = sorted(case for case, ref in refs.items() if ref() is not None)
+    assert alive == [], f"these keep the model alive: {alive}"
