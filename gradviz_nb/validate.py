@@ -73,12 +73,10 @@ def positive_int(name: str, value: object, *, lo: int = 1, hi: int | None = None
 
 def finite_number(name: str, value: object, *, lo: float | None = None, hi: float | None = None,
                   lo_open: bool = False, hi_open: bool = False, hint: str = "") -> float:
-    """A finite real number (int, float, or a one-element tensor's value) within the bounds given."""
+    """A finite real number (int, float, numpy scalar; not a bool, string or tensor) within the bounds given."""
     bounds = _range(lo, hi, lo_open, hi_open)
     want = "a finite number" + (f" {bounds}" if bounds else "")
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_meta and not value.is_complex():
-        number = float(value.detach().item())
-    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _fail(name, want, value, hint)
     else:
         try:

@@ -23,6 +23,7 @@ from gradviz_nb.doctor.state import TrainingState
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import rank
 from gradviz_nb.tracing.compiled import unwrap_compiled
+from gradviz_nb.validate import boolean, not_meta, positive_int
 
 __all__ = ["Diagnosis", "Finding", "doctor"]
 
@@ -49,6 +50,8 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
         print(dx.summary())
     """
     _check(step, model, optimizer, steps)
+    boolean("restore", restore)
+    not_meta("gv.doctor", model)
     model = unwrap_compiled(model)  # torch.compile(model): same parameters, named without "_orig_mod."
     saved = TrainingState.save(model, optimizer)
     records: list[StepRecord] = []
@@ -130,8 +133,7 @@ def _check(step: object, model: object, optimizer: object, steps: int) -> None:
         raise GradvizError(f"model must be an nn.Module, got {type(model).__name__}.")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise GradvizError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}.")
-    if steps < 1:
-        raise GradvizError(f"steps must be at least 1, got {steps} (2 lets stale gradients show).")
+    positive_int("steps", steps, hint="2 lets stale gradients show.")
 
 
 def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Finding]:

@@ -26,6 +26,7 @@ from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.ghosts import InplaceWrite
 from gradviz_nb.tracing.trace import trace_with_nodes
+from gradviz_nb.validate import boolean, instance, not_meta
 
 SMALL = 64  # gradients with at most this many elements keep their full values
 # Ops whose gradient is the gradient received, only reshaped or permuted: same elements, same statistics.
@@ -265,6 +266,12 @@ def record_backward(
             "(or .mean()), or give the gradient of each element: gv.record_backward(out, grad=torch.ones_like(out)).")
     if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != loss.shape):
         raise GradvizError(f"grad= must be a tensor of the loss's shape {list(loss.shape)}.")
+    for flag, value in (("accumulate", accumulate), ("keep_values", keep_values),
+                        ("keep_leaf_values", keep_leaf_values)):
+        boolean(flag, value)
+    if into is not None:
+        instance("into", into, BackwardRecording, "a BackwardRecording (an earlier gv.record_backward) or None")
+    not_meta("gv.record_backward", loss, model)
     graph, nodes = trace_with_nodes(loss, model, capture, names)
     rec = into if into is not None else BackwardRecording(graph)
     if into is not None and _signature(into.graph) != _signature(graph):

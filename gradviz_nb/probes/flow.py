@@ -26,6 +26,7 @@ from gradviz_nb.probes.no_grad import adapter_switch_reasons, no_grad_reason
 from gradviz_nb.probes.optimizer_check import optimizer_flags
 from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
+from gradviz_nb.validate import finite_number, instance, not_meta, tensor_mapping, text_list
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing import AutogradGraph, Capture
@@ -592,6 +593,8 @@ def gradient_flow(
     """
     if not isinstance(model, nn.Module):
         raise GradvizError(f"gradient_flow expects an nn.Module, got {type(model).__name__}.")
+    _check_flow_args(grads, graph, capture, lr, peer, trend, abs_vanishing, abs_exploding, adapter_patterns, optimizer)
+    not_meta("gv.gradient_flow", model)
     model = unwrap_compiled(model)  # torch.compile(model): the same parameters under their own names
     thresholds = Thresholds(lr, peer, trend, abs_vanishing, abs_exploding)
     scale = pending_scale(scaler)
@@ -606,6 +609,28 @@ def gradient_flow(
         tensors = {real_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
         flags += [Flag(*finding) for finding in optimizer_flags(params, tensors, optimizer)]
     return GradientFlow(params, modules, flags, thresholds, scale)
+
+
+def _check_flow_args(grads: object, graph: object, capture: object, lr: object, peer: object, trend: object,
+                     abs_vanishing: object, abs_exploding: object, adapter_patterns: object, optimizer: object) -> None:
+    """gradient_flow's arguments, each refused by name when it cannot mean anything (NaN, lr <= 0, ...)."""
+    from gradviz_nb.tracing import AutogradGraph, Capture  # at run time: this module names them for mypy only
+
+    if grads is not None:
+        tensor_mapping("grads", grads, none_values=True)
+    if graph is not None:
+        instance("graph", graph, AutogradGraph, "an AutogradGraph (gv.trace of the same loss) or None")
+    if capture is not None:
+        instance("capture", capture, Capture, "a Capture (gv.capture) or None")
+    finite_number("lr", lr, lo=0, lo_open=True, hint="It is the learning rate a usual SGD step would use.")
+    finite_number("peer", peer, lo=1, lo_open=True, hint="A layer this many times above every other one explodes.")
+    finite_number("trend", trend, lo=1, lo_open=True, hint="A fall by this factor with depth is vanishing.")
+    for name, limit in (("abs_vanishing", abs_vanishing), ("abs_exploding", abs_exploding)):
+        if limit is not None:
+            finite_number(name, limit, lo=0, hint="It is an absolute gradient norm limit, or None for none.")
+    text_list("adapter_patterns", adapter_patterns, what="path components, e.g. ('lora_A', 'lora_B')")
+    if optimizer is not None:
+        instance("optimizer", optimizer, torch.optim.Optimizer, "a torch.optim.Optimizer or None")
 
 
 HIST_RANGE = (-12.0, 4.0)  # log10 |gradient|; values outside are clamped into the end bins

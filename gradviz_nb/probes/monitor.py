@@ -42,6 +42,16 @@ from gradviz_nb.probes.flow import Flag, GradientFlow, gradient_flow
 from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
 from gradviz_nb.tracing.distributed import engines
+from gradviz_nb.validate import (
+    boolean,
+    choice,
+    finite_number,
+    function,
+    instance,
+    model_or_none,
+    not_meta,
+    positive_int,
+)
 
 __all__ = ["MONITOR_KINDS", "STATS", "GradientMonitor", "MonitorThresholds"]
 
@@ -152,8 +162,10 @@ class GradientMonitor:
                  optimizer: Optimizers | None = None, scaler: torch.amp.GradScaler | None = None,
                  thresholds: MonitorThresholds | None = None, stale_check: bool = True, update_ratio: bool = True,
                  live_interval: float = 0.5, max_events: int = 1000) -> None:
-        if every < 1 or capacity < 2:
-            raise GradvizError(f"every must be >= 1 and capacity >= 2, got every={every}, capacity={capacity}.")
+        every = positive_int("every", every, hint="It is the number of steps between records.")
+        capacity = positive_int("capacity", capacity, lo=2, hi=MAX_CAPACITY, hint="It is the records kept in memory.")
+        _check_monitor_args(model, optimizer, scaler, thresholds, stale_check, update_ratio, live_interval, max_events)
+        not_meta("gv.GradientMonitor", model)
         self.every = every
         self.capacity = capacity
         self.live_interval = live_interval
@@ -616,6 +628,12 @@ class GradientMonitor:
     def _count_clip(self, grad_norm: float | torch.Tensor | None, max_norm: float | None) -> None:
         if grad_norm is None or max_norm is None:
             raise GradvizError("pass both grad_norm (what clip_grad_norm_ returned) and the max_norm given to it.")
+        if not isinstance(grad_norm, torch.Tensor):
+            finite_number("grad_norm", grad_norm, lo=0, hint="Pass what clip_grad_norm_ returned.")
+        elif grad_norm.numel() != 1 or grad_norm.is_complex():
+            raise GradvizError(f"grad_norm must be one number (what clip_grad_norm_ returned); got a tensor of "
+                               f"shape {list(grad_norm.shape)}.")
+        finite_number("max_norm", max_norm, lo=0, lo_open=True, hint="Pass the max_norm given to clip_grad_norm_.")
         self.max_norm = float(max_norm)
         self._clip_steps += 1
         if isinstance(grad_norm, torch.Tensor):
@@ -821,8 +839,7 @@ class GradientMonitor:
 
     def history(self, stat: str = "norm") -> torch.Tensor:
         """``(records, layers)`` tensor of one statistic of :data:`STATS` (on rank 0 under DDP: this rank's)."""
-        if stat not in STATS:
-            raise GradvizError(f"stat must be one of {STATS}, got {stat!r}")
+        choice("stat", stat, STATS)
         return self._hist[: self._count, :, STATS.index(stat)].clone()
 
     def per_rank(self, stat: str = "norm") -> torch.Tensor | None:
@@ -830,6 +847,7 @@ class GradientMonitor:
         Under DDP each rank's gradients; under FSDP2 each rank's own shards (the full tensors' norms, in
         :meth:`history`, are the root of the sum of the ranks' squares). (``"update"`` is measured after the
         gather: it is NaN here; DDP ranks hold the same weights, so :meth:`history` has it.)"""
+        choice("stat", stat, STATS)
         if self._rank_hist is None:
             return None
         return self._rank_hist[: self._count, :, :, STATS.index(stat)].clone()
@@ -915,6 +933,7 @@ class GradientMonitor:
 
     def on_record(self, listener: Callable[[GradientMonitor], None]) -> None:
         """Call ``listener(monitor)`` after records, at most every ``live_interval`` seconds."""
+        function("listener", listener, "lambda monitor: print(monitor.summary())")
         self._listeners.append(listener)
 
     def push(self) -> None:
@@ -1090,6 +1109,26 @@ def _checked_save(data: Any, path: object) -> dict[str, Any]:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+MAX_CAPACITY = 1 << 20  # records kept; the history is capacity x layers x stats floats
+
+
+def _check_monitor_args(model: object, optimizer: object, scaler: object, thresholds: object, stale_check: object,
+                        update_ratio: object, live_interval: object, max_events: object) -> None:
+    """GradientMonitor's keyword arguments, each refused by name when it cannot mean anything."""
+    model_or_none("model", model)
+    opts = optimizer if isinstance(optimizer, (list, tuple)) else [] if optimizer is None else [optimizer]
+    for o in opts:
+        instance("optimizer", o, torch.optim.Optimizer, "a torch.optim.Optimizer, a list of them, or None")
+    if scaler is not None and not (hasattr(scaler, "get_scale") and hasattr(scaler, "is_enabled")):
+        raise GradvizError(f"scaler must be a torch.amp.GradScaler or None; got {type(scaler).__name__}.")
+    if thresholds is not None:
+        instance("thresholds", thresholds, MonitorThresholds, "a MonitorThresholds or None")
+    boolean("stale_check", stale_check)
+    boolean("update_ratio", update_ratio)
+    finite_number("live_interval", live_interval, lo=0, hint="It is the seconds between live chart updates.")
+    positive_int("max_events", max_events)
 
 
 def _values(g: torch.Tensor) -> torch.Tensor:

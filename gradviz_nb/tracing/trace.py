@@ -18,6 +18,7 @@ from gradviz_nb.tracing.distributed import annotate_distributed
 from gradviz_nb.tracing.ghosts import SMALL_VALUE, Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.tracing.walk import RawNode, short_op, walk
+from gradviz_nb.validate import instance, tensor_mapping
 
 NO_CAPTURE_NOTE = (
     "No module boxes: this graph was traced without module capture. Run the forward inside "
@@ -66,6 +67,10 @@ def _trace(
     names: Mapping[str, torch.Tensor] | None,
     want_nodes: bool,
 ) -> tuple[AutogradGraph, dict[Any, str]]:
+    if names is not None:
+        tensor_mapping("names", names)
+    if capture is not None:
+        instance("capture", capture, Capture, "a Capture (with gv.capture(model) as cap) or None")
     tensors = _check_roots(roots, model)
     model = unwrap_compiled(model)  # torch.compile's wrapper: name by the model's own names
     captures = [capture] if capture is not None else watched()

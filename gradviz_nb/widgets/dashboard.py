@@ -22,8 +22,10 @@ from torch import nn
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.flow import GradientFlow, gradient_flow, layer_histograms
 from gradviz_nb.tracing import AutogradGraph, Capture
+from gradviz_nb.validate import boolean, module, not_meta
 from gradviz_nb.widgets.flow_charts import as_widget, chart_layers, flow_charts
 from gradviz_nb.widgets.graph_widget import GraphWidget
+from gradviz_nb.widgets.page.traits import convert_trait
 
 __all__ = ["Dashboard"]
 
@@ -54,6 +56,10 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
         height: int = 600,
         **flow_options: Any,
     ) -> None:
+        module("model", model)
+        boolean("histograms", histograms)
+        convert_trait("height", height, None)  # the graph's canvas height, checked as the trait checks it
+        not_meta("gv.Dashboard", model)
         if isinstance(source, GraphWidget):
             graph_widget = source
         elif isinstance(source, (AutogradGraph, torch.Tensor)):

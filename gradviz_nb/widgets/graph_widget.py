@@ -9,20 +9,20 @@ from typing import Any
 
 import anywidget
 import torch
-import traitlets
 from torch import nn
 
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.rerun import Rerunnable
 from gradviz_nb.tracing import Capture
+from gradviz_nb.validate import function, model_or_none, tensor_mapping
 from gradviz_nb.widgets.page.contract import Empty, PageReply, Traits
 from gradviz_nb.widgets.page.lazy import LazyGraph
 from gradviz_nb.widgets.page.messages import Body, dispatch, load_body
 from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
 from gradviz_nb.widgets.page.toggles import toggle_args
-from gradviz_nb.widgets.page.values import values_body
 from gradviz_nb.widgets.page.traits import PageTrait
+from gradviz_nb.widgets.page.values import values_body
 from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
@@ -69,16 +69,16 @@ class GraphWidget(anywidget.AnyWidget):
     graph_data = PageTrait({}).tag(sync=True)
     """dict: the graph as plain JSON (``GraphPayload`` in ``js/src/payload.ts``); the page draws only from traits."""
 
-    expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    expanded = PageTrait([]).tag(sync=True)
     """list[str]: ids of the module calls shown open (e.g. ``["blocks.0"]``); set it to open boxes."""
 
-    selected = traitlets.Unicode("").tag(sync=True)
+    selected = PageTrait("").tag(sync=True)
     """str: id of the node or module call the user clicked last (``""`` for none)."""
 
-    height = traitlets.Int(600).tag(sync=True)
+    height = PageTrait(600).tag(sync=True)
     """int: height of the canvas in pixels."""
 
-    toggles: traitlets.Dict[str, Any] = traitlets.Dict({"detach": [], "freeze": []}).tag(sync=True)
+    toggles = PageTrait({"detach": [], "freeze": []}).tag(sync=True)
     """dict: what-if toggles, ``{"detach": [...], "freeze": [...]}`` (see :func:`toggle_args`); the page
     answers them itself, instantly; :meth:`what_if` gives Python's answer to the same toggles."""
 
@@ -92,7 +92,7 @@ class GraphWidget(anywidget.AnyWidget):
     """dict: a recorded backward pass for the stepper (``Recording``; ``{}`` for none). Set by
     ``GraphWidget(gv.record_backward(loss))``; ``w.recording = rec`` converts a recording too."""
 
-    step = traitlets.Int(-1).tag(sync=True)
+    step = PageTrait(-1).tag(sync=True)
     """int: the stepper's cursor: -1 before the first step, else an index into ``recording["steps"]``."""
 
     diff = PageTrait({}).tag(sync=True)
@@ -100,7 +100,7 @@ class GraphWidget(anywidget.AnyWidget):
     added/removed/changed/same, leaves that gained/lost a gradient path, summary. ``GraphWidget(d)`` for
     ``d = gv.diff(before, after)`` draws ``d.merged()`` with it."""
 
-    can_verify = traitlets.Bool(False).tag(sync=True)
+    can_verify = PageTrait(False).tag(sync=True)
     """bool: True when built by :meth:`from_fn`, so the page offers "Verify (re-run)"."""
 
     verified = PageTrait({}).tag(sync=True)
@@ -111,7 +111,7 @@ class GraphWidget(anywidget.AnyWidget):
     """list[dict]: :func:`gv.doctor`'s findings listed beside the graph (``DoctorFinding``; ``[]`` for
     none). Set by ``GraphWidget(diagnosis)`` (or ``w.findings = diagnosis``); a click on one reveals its node."""
 
-    unfolded = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    unfolded = PageTrait([]).tag(sync=True)
     """list[str]: ids of the fold groups (``graph_data["folds"]``, e.g. ``"fold:blocks.0"``) the user
     unfolded. The page draws a group as one stacked box ("6 × Block") when its id is not in
     ``unfolded`` and none of its calls is in :attr:`expanded`."""
@@ -202,6 +202,10 @@ class GraphWidget(anywidget.AnyWidget):
             w.toggles = {"detach": ["call:blocks.3"], "freeze": []}
             w.verify()["agree"]   # True
         """
+        function("fn", fn, "lambda: criterion(model(x), y) (it computes and returns the loss)")
+        model_or_none("model", model)
+        if names is not None:
+            tensor_mapping("names", names)
         rerun = Rerunnable(fn, model, names)
         widget = cls(rerun.graph, can_verify=True, **kwargs)
         widget._rerun = rerun
@@ -271,9 +275,9 @@ class GraphWidget(anywidget.AnyWidget):
 
     def _load(self, body: Mapping[str, Any]) -> Body:
         return load_body(self.lazy_graph(), body)
+
     def _values(self, body: Mapping[str, Any]) -> Body:
         return values_body(self.graph, body)  # read now, through the graph's weak references
-
 
     def _verify_request(self, body: Mapping[str, Any]) -> Empty:
         self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run

@@ -47,8 +47,9 @@ def load_body(lazy: LazyGraph, body: Mapping[str, Any]) -> LoadReplyBody:
     """The body of the reply to ``{"kind": "load", "body": {"calls": [...]}}``: one ``Chunk`` per call,
     in the order asked (duplicates once), JSON-safe. Raises :class:`GradvizError` for a bad body."""
     calls = body.get("calls")
-    if not isinstance(calls, list):
-        raise GradvizError(f"load: 'calls' must be a list of module call ids, got {type(calls).__name__}.")
+    if not isinstance(calls, list) or not all(isinstance(c, str) for c in calls):
+        raise GradvizError("load: 'calls' must be a list of module call ids (strings), got "
+                           f"{_shown(calls)} ({type(calls).__name__}).")
     chunks: list[Chunk] = [finite_nodes(c) for c in lazy.chunks(calls)]
     return {"chunks": chunks}
 
@@ -77,21 +78,30 @@ def dispatch(message: object, handlers: Mapping[str, Handler]) -> PageReply | No
         return None
     request_id = message.get("id")
     if not isinstance(request_id, int) or isinstance(request_id, bool):
-        log.warning("page message ignored: no integer 'id' (kind %r)", message.get("kind"))
+        log.warning("page message ignored: no integer 'id' (kind %s)", _shown(message.get("kind")))
         return None
     kind, body = message.get("kind"), message.get("body", {})
-    if kind not in handlers:
+    # Look kinds up by string only: a list or dict kind (unhashable) is refused like any unknown one.
+    handler = handlers.get(kind) if isinstance(kind, str) else None
+    if handler is None:
         known = ", ".join(sorted(handlers)) or "none"
-        return _failed(request_id, f"unknown request kind {kind!r} (this widget answers: {known}).")
+        return _failed(request_id, f"unknown request kind {_shown(kind)} (this widget answers: {known}).")
     if not isinstance(body, Mapping):
         return _failed(request_id, f"{kind}: 'body' must be a JSON object, got {type(body).__name__}.")
     try:
-        return reply(request_id, handlers[str(kind)](body))
+        return reply(request_id, handler(body))
     except GradvizError as err:
         return _failed(request_id, str(err))
     except Exception as err:  # a bug of ours: logged with its traceback, and the page is told
         log.exception("page request %r failed", kind)
-        return failure(request_id, f"{kind} failed: {type(err).__name__}: {err}")
+        text = str(err)
+        return failure(request_id, f"{kind} failed: {type(err).__name__}: {text[:300]}")
+
+
+def _shown(value: object) -> str:
+    """A page-sent value in a message: its repr, cut short (a page may send anything)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _failed(request_id: int, error: str) -> PageReply:

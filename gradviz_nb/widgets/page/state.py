@@ -32,6 +32,7 @@ from gradviz_nb.probes.backward import BackwardRecording
 from gradviz_nb.probes.flow import GradientFlow
 from gradviz_nb.probes.gradcheck import GradCheck
 from gradviz_nb.tracing import AutogradGraph, Capture, trace
+from gradviz_nb.validate import instance, model_or_none, optional_bool, tensor_mapping
 from gradviz_nb.widgets.page import convert
 from gradviz_nb.widgets.page import lazy as lazy_mode
 from gradviz_nb.widgets.page.contract import Traits
@@ -39,8 +40,8 @@ from gradviz_nb.widgets.page.messages import Answers, answers
 from gradviz_nb.widgets.page.payload import graph as graph_payload
 from gradviz_nb.widgets.page.payload import initial_expanded
 from gradviz_nb.widgets.page.traits import convert_trait
-
 from gradviz_nb.widgets.page.values import export_answers
+
 # Every trait's value when nothing is shown (graph_data and expanded come from the graph).
 DEFAULTS: dict[str, Any] = {
     "unfolded": [], "selected": "", "height": 600, "toggles": {"detach": [], "freeze": []}, "verified": {},
@@ -118,6 +119,12 @@ def build(
 
     Lazy (big graphs): with module calls and more than ``LAZY_NODES`` nodes, unless there is a
     recording or a diff (their views need every record); ``lazy=True/False`` decides instead."""
+    model_or_none("model", model)
+    if capture is not None:
+        instance("capture", capture, Capture, "a Capture (with gv.capture(model) as cap) or None")
+    if names is not None:
+        tensor_mapping("names", names)
+    optional_bool("lazy", lazy)
     graph, brought = source(x, model, capture, names)
     given = {**brought, **traits}
     if lazy is None:
