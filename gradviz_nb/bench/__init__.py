@@ -3,8 +3,9 @@
 Run ``python -m gradviz_nb.bench`` (``--quick``: tiny model, 2 repeats, only proves it runs;
 ``--readme README.md``: also rewrite the README's "## Costs" table). Everything is timed in ONE process at
 one torch thread, interleaved (each repeat runs every variant of a row once, in rotating order, garbage
-collector off), and the minimum of N is kept: other processes only ever add time, so the minimum is the
-least disturbed run and ratios of minimums stay comparable on a busy machine.
+collector off), and the minimum of N is kept. Times are process CPU time: at one torch thread that is the
+wall time of an idle machine, and on a shared one it leaves out the time other processes held the cores
+(wall-clock runs of a 10 ms trace were seen stalled 40-70 ms by the scheduler at random points).
 
 Rows (``feature / plain``):
 
@@ -91,16 +92,16 @@ def _once(fn: Callable[[], object], before: Callable[[], object] | None) -> floa
     gc.collect()
     gc.disable()
     try:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        return time.perf_counter() - t0
+        return time.process_time() - t0
     finally:
         gc.enable()
 
 
 def interleaved(variants: dict[str, Callable[[], object]], reps: int,
                 before: Callable[[], object] | None = None) -> dict[str, float]:
-    """Minimum wall time of each variant over ``reps`` rounds; each round runs every variant once, the
+    """Minimum process CPU time of each variant over ``reps`` rounds; each round runs every variant once, the
     order rotating from round to round. One warm-up round first (not timed). ``before`` runs untimed
     before every call (e.g. clearing ``.grad``)."""
     keys = list(variants)
@@ -291,7 +292,7 @@ def _ms(s: float) -> str:
 
 
 def table(rows: Sequence[Row], reps: int) -> str:
-    lines = [f"Measured {machine()}; minimum of {reps} interleaved runs "
+    lines = [f"Measured {machine()}; process CPU time, minimum of {reps} interleaved runs "
              "(monitor rows: 2, each run is 10 steps).", "",
              "| model | feature | / plain | ratio | goal | feature ms | plain ms |",
              "|---|---|---|---:|---|---:|---:|"]
