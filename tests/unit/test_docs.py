@@ -119,3 +119,13 @@ def test_readme_links_resolve() -> None:
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
     broken = [t for t in links if "://" not in t and not t.startswith("mailto:") and not (ROOT / t).exists()]
     assert not broken, f"README.md links to files that do not exist: {broken}"
+
+
+def test_the_never_does_page_is_the_readme_section(site: Path) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## What gradviz_nb never does\n", 1)[1].split("\n## ", 1)[0]
+    tests = set(re.findall(r"\]\((tests/[^)#\s]+)", section))
+    assert tests, "README's 'What gradviz_nb never does' links each promise to its test"
+    page = (site / "guides" / "never.html").read_text(encoding="utf-8")
+    missing = sorted(t for t in tests if t not in page)
+    assert not missing, f"docs/guides/never.md (copied from README.md when built) lacks {missing}"
