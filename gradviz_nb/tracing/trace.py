@@ -105,7 +105,8 @@ def _trace(
     for n, attrs in graph.nodes(data=True):
         attrs["value"] = observed.get(attrs["seq"]) if attrs["kind"] == "op" else values.get(n)
     graph.graph["modules"] = _module_tree(model)
-    graph.graph["torch_version"] = torch.__version__
+    # A plain str: torch.__version__ is a TorchVersion (a str subclass) that marimo's JSON writes as {}.
+    graph.graph["torch_version"] = str(torch.__version__)
     graph.graph["captured"] = bool(graph.graph["calls"])
     graph.graph["checkpoints"] = checkpoints
     # A capture without a model (a teaching example) asked for values, not boxes: no note then.
