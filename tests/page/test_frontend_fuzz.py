@@ -322,7 +322,6 @@ def test_error_box_reads(browser: Any, tmp_path: Path) -> None:
     state = base_state()
     _edge_to_unknown(state)
     _call_cycle(state)
-    state["graph_data"]["nodes"][0]["kind"] = "tensor"
     out = p.mount(state)
     text = out["error"]
     assert "The graph could not be drawn" in text
