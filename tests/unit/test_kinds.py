@@ -42,8 +42,8 @@ def test_every_kind_the_source_emits_is_registered() -> None:
 
 
 def test_each_tools_list_is_the_registrys_view() -> None:
-    assert DOCTOR_KINDS == kinds_of("doctor") and FLAG_KINDS == kinds_of("flow")
-    assert MONITOR_KINDS == kinds_of("monitor")
+    assert kinds_of("doctor") == DOCTOR_KINDS and kinds_of("flow") == FLAG_KINDS
+    assert kinds_of("monitor") == MONITOR_KINDS
     assert [rank(k) for k in DOCTOR_KINDS] == sorted(rank(k) for k in DOCTOR_KINDS)
     assert rank("no-such-kind") == len(KINDS)
 
