@@ -161,17 +161,24 @@ def _check(record: dict[str, Any], schema: type, where: str) -> list[str]:
     return problems
 
 
+@functools.cache
+def _parts(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``get_origin`` and ``get_args`` of a hint, once per hint: from_json checks every node with them."""
+    return typing.get_origin(hint), typing.get_args(hint)
+
+
+@functools.cache
 def _records_of(hint: Any) -> type | None:
     """The TypedDict ``X`` when ``hint`` is ``list[X]`` or ``dict[str, X]``, else None."""
-    args = typing.get_args(hint)  # get_type_hints already dropped Required/NotRequired
-    if typing.get_origin(hint) in (list, dict) and args and typing.is_typeddict(args[-1]):
+    origin, args = _parts(hint)  # get_type_hints already dropped Required/NotRequired
+    if origin in (list, dict) and args and typing.is_typeddict(args[-1]):
         return args[-1]  # type: ignore[no-any-return]
     return None
 
 
 def _fits(value: Any, hint: Any) -> bool:
     """Coarse runtime check of ``value`` against a type hint (containers one level down, records by keys)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    origin, args = _parts(hint)
     if origin in (Union, types.UnionType):
         return any(_fits(value, a) for a in args)
     if origin is Literal:
