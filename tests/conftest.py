@@ -33,6 +33,7 @@ SLOW_FILES = {
     "test_fsdp2.py",
     "test_distributed.py",
     "test_compile.py",
+    "test_deep_graphs.py",  # a 100k-node chain traced and freed in a subprocess: 1-2 min on two busy cores
     "test_bench.py",  # python -m gradviz_nb.bench --quick: about 40 s on two busy cores
     "test_docs.py",  # mkdocs build --strict: 30-70 s on two busy cores
 }
