@@ -24,6 +24,7 @@ from typing import Any
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.files import target, write_atomic
+from gradviz_nb.validate import text
 from gradviz_nb.widgets.page.state import Snapshot, page_snapshot
 from gradviz_nb.widgets.runtime import ENCODING, encoded_bundle
 
@@ -207,6 +208,7 @@ def export_html(source: Any, path: str | os.PathLike[str], title: str | None = N
         widget.save_html("view.html")     # the same, from a widget
     """
     target("path", path, (".html", ".htm"), "export_html")  # before any work: a bad path costs nothing
+    text("title", title, none_ok=True)
     try:
         snap = page_snapshot(source, **traits)
     except GradvizError as err:
