@@ -125,6 +125,9 @@ def _call_node(rec: StepRecord, path: str) -> str:
     return f"call:{call['id']}" if call is not None else ""
 
 
+MAX_STEPS = 1000  # the doctor runs the user's step this many times at most
+
+
 def _check(step: object, model: object, optimizer: object, steps: int) -> None:
     if not callable(step):
         raise GradvizError(f"step must be a function running one training step, got {type(step).__name__}: "
@@ -133,7 +136,7 @@ def _check(step: object, model: object, optimizer: object, steps: int) -> None:
         raise GradvizError(f"model must be an nn.Module, got {type(model).__name__}.")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise GradvizError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}.")
-    positive_int("steps", steps, hint="2 lets stale gradients show.")
+    positive_int("steps", steps, hi=MAX_STEPS, hint="2 lets stale gradients show; more is a training run.")
 
 
 def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Finding]:

@@ -438,6 +438,7 @@ def test_value_tools_refuse_a_meta_model_in_one_line(tool: str) -> None:
 AUDIT: dict[str, Callable[[], Any]] = {
     "every": lambda: gv.GradientMonitor(model(), every=math.nan),
     "every ": lambda: gv.GradientMonitor(model(), every=1.5),
+    "steps": lambda: doctor_call(steps=10**12),
     "lr": lambda: gv.gradient_flow(trained(), lr=math.nan),
     "max_norm": lambda: monitor().step(grad_norm=1.0, max_norm=-1),
     "height": lambda: widget_call(height=-5),
