@@ -110,7 +110,10 @@ def test_html_is_self_contained_and_escapes_script_ends(tmp_path: Path) -> None:
     x = torch.randn(2, requires_grad=True)
     path = gv.export_html(gv.trace((x * 2).sum(), names={evil: x}), tmp_path / "g.html", title=evil)
     text = path.read_text()
-    assert text.lower().count("<script") == 3 and text.lower().count("</script") == 3
+    # the page's own four: state, precomputed answers, the bundle, the mount; the hostile name adds none
+    assert text.lower().count("<script") == 4 and text.lower().count("</script") == 4
+    assert re.findall(r'<script type="application/json" id="([\w-]+)"', text) == [
+        "gradviz-state", "gradviz-answers", "gradviz-bundle"]
     assert "alert(1)" in text and "<script>alert" not in text  # there, but only as escaped data
     assert json.loads(script_json(evil)) == evil
     assert 'http-equiv="Content-Security-Policy"' in text and "default-src 'none'" in text
