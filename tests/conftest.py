@@ -39,10 +39,21 @@ SLOW_FILES = {
 }
 
 
+# Single tests of the quick tiers that cost over ~8 s of CPU (real GPT-2 checkpointing, 60-step training
+# loops, a Trainer run): they run in the full suite only.
+SLOW_TESTS = {
+    "test_memory.py::test_checkpointed_gpt2_within_2_percent_of_what_pytorch_keeps",
+    "test_memory.py::test_recompute_cost_matches_what_backward_reruns",
+    "test_monitor.py::test_healthy_loops_have_no_flag",
+    "test_integrations_transformers.py::test_dead_adapter_fires_only_when_an_adapter_is_cut",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
         for marker in _TIERS.get(parts[0], ()) if parts else ():
             item.add_marker(getattr(pytest.mark, marker))
-        if parts and (parts[0] in SLOW_TIERS or parts[-1] in SLOW_FILES):
+        test = f"{parts[-1]}::{item.name.split('[')[0]}" if parts else ""
+        if parts and (parts[0] in SLOW_TIERS or parts[-1] in SLOW_FILES or test in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
