@@ -642,7 +642,7 @@ for layer, name in enumerate(mon.layers):
   the cause of DDP's "Expected to have finished reduction in the prior iteration" error.
 
 On the graph, FSDP's post-backward hooks and DDP's sink are labelled as such, with a note saying what they
-do; see the README's "Distributed training" section."""),
+do; see "Distributed training: FSDP2 and DDP" in docs/guides/integrations.md."""),
 ]
 
 if __name__ == "__main__":

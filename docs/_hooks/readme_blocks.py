@@ -19,7 +19,6 @@ from typing import Any
 # placeholder -> (start marker, end marker, keep the markers); an end of None means "up to the next ## heading"
 BLOCKS: dict[str, tuple[str, str | None, bool]] = {
     "<!-- readme: bug-zoo table -->": ("<!-- bug-zoo table:", "<!-- end of the bug-zoo table -->", True),
-    "<!-- readme: costs table -->": ("<!-- costs:start", "<!-- costs:end -->", True),
     "<!-- readme: never-does section -->": ("## What gradviz_nb never does\n", None, False),
 }
 _LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")

@@ -1,7 +1,7 @@
 """The overhead table: every feature's cost as a ratio to the plain operation it wraps, beside peers.
 
 Run ``python -m gradviz_nb.bench`` (``--quick``: tiny model, 2 repeats, only proves it runs;
-``--readme README.md``: also rewrite the README's "## Costs" table). Everything is timed in ONE process at
+``--readme docs/guides/costs.md``: also rewrite the docs' Costs table). Everything is timed in ONE process at
 one torch thread, interleaved (each repeat runs every variant of a row once, in rotating order, garbage
 collector off), and the minimum of N is kept. Times are process CPU time: at one torch thread that is the
 wall time of an idle machine, and on a shared one it leaves out the time other processes held the cores
@@ -45,7 +45,7 @@ from gradviz_nb.probes.monitor import GradientMonitor
 from gradviz_nb.probes.nonfinite import find_nonfinite
 from gradviz_nb.tracing import capture, trace
 
-START, END = "<!-- costs:start (python -m gradviz_nb.bench --readme README.md) -->", "<!-- costs:end -->"
+START, END = "<!-- costs:start (python -m gradviz_nb.bench --readme docs/guides/costs.md) -->", "<!-- costs:end -->"
 
 
 @dataclass
@@ -306,7 +306,7 @@ def table(rows: Sequence[Row], reps: int) -> str:
 
 
 def write_readme(path: str, text: str) -> None:
-    """Replace the table between the markers of the README's "## Costs" section."""
+    """Replace the table between the markers of the Costs section (docs/guides/costs.md)."""
     with open(path, encoding="utf-8") as f:
         readme = f.read()
     head, sep, rest = readme.partition(START)
@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     ap.add_argument("--quick", action="store_true", help="tiny model, 2 repeats: proves it runs")
     ap.add_argument("--reps", type=int, default=0, help="repeats per row (default 9; --quick 2)")
     ap.add_argument("--only", default="", help="measure only models whose name contains this")
-    ap.add_argument("--readme", default="", help="also write the table into this README's Costs section")
+    ap.add_argument("--readme", default="", help="also write the table into this file's costs markers")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     reps = args.reps or (2 if args.quick else 9)

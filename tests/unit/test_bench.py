@@ -1,4 +1,4 @@
-"""``python -m gradviz_nb.bench --quick`` runs end to end and writes the README's Costs table. It only
+"""``python -m gradviz_nb.bench --quick`` runs end to end and writes the Costs table (docs/guides/costs.md). It only
 proves the command works: timings are never asserted (the machine is shared; the table is for reading)."""
 
 from __future__ import annotations
