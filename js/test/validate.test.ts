@@ -125,6 +125,8 @@ test("overlay, recording, diff, findings, verified", () => {
   assert.equal(problems("overlay", { values: { n1: "lots" } })[0].path, 'overlay.values["n1"]');
   assert.equal(problems("overlay", { marks: { n1: "bad" } })[0].expected, 'one of "no-grad", "nan", "flag"');
   assert.deepEqual(clean("overlay", { values: { n1: "NaN", n2: "Infinity", n3: 2 }, scale: "linear" }).values, { n1: "NaN", n2: "Infinity", n3: 2 });
+  // revived non-finite numbers are values, not errors: a NaN or Inf gradient is what the stepper is for
+  assert.deepEqual(clean("overlay", { values: { n1: NaN, n2: -Infinity }, scale: "linear" }).values, { n1: NaN, n2: -Infinity });
   const rec = mlp().recording;
   (rec.steps?.[0] as { received: unknown }).received = "lots";
   assert.equal(problems("recording", rec)[0].path, "recording.steps[0].received");

@@ -100,9 +100,10 @@ function int(min: number, max = Number.MAX_SAFE_INTEGER, what = `an integer ≥ 
 }
 const count = int(0);
 
-/** A number, or "NaN" / "Infinity" / "-Infinity" (how JSON carries the others; `state/finite.ts`). */
+/** A number, NaN and ±Infinity included (a NaN gradient is what the stepper shows), or "NaN" /
+ * "Infinity" / "-Infinity" (how JSON carries them before `state/finite.ts` revives them). */
 const numeric: Check<number> = (c, p, v) =>
-  (typeof v === "number" && Number.isFinite(v)) || (typeof v === "string" && NAMED_NUMBERS.includes(v))
+  typeof v === "number" || (typeof v === "string" && NAMED_NUMBERS.includes(v))
     ? (v as number)
     : c.add(p, 'a number (or "NaN", "Infinity", "-Infinity")', v);
 
