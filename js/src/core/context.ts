@@ -13,17 +13,12 @@ import type { Toolbar } from "../panels/toolbar";
 import type { GraphView } from "../view/graphview";
 import type { Feature, Slots } from "./feature";
 import { Messenger } from "./messages";
+import { EMPTY_GRAPH } from "./validate";
 
 export type Model = RenderProps<Traits>["model"];
 
-export const EMPTY: GraphPayload = {
-  version: 1,
-  nodes: [],
-  edges: [],
-  calls: [],
-  ghosts: [],
-  meta: { torch_version: "", captured: false, notes: [], num_nodes: 0, num_edges: 0 },
-};
+/** No graph yet: the one empty payload, defined beside the trait validation that also returns it. */
+export const EMPTY: GraphPayload = EMPTY_GRAPH;
 export const NOTHING: VisibleGraph = { items: [], edges: [], counts: { nodes: 0, collapsed: 0, expanded: 0, folded: 0, edges: 0 } };
 
 /** What is open: expanded calls and unfolded fold groups. */
