@@ -20,8 +20,10 @@ from typing import Literal, cast, get_args
 __all__ = ["KINDS", "Kind", "KindInfo", "Tool", "as_kind", "fix_for", "kinds_of", "rank"]
 
 Kind = Literal[
-    "nan-origin", "inplace", "stale-grad", "not-in-optimizer", "not-a-parameter", "frozen", "detached",
-    "data-access", "unused-parameter", "no-grad", "mode", "dead-adapter", "exploding", "vanishing", "spike",
+    "nan-origin", "inplace", "stale-grad", "zero-grad-before-step", "double-backward", "unscaled-accumulation",
+    "two-optimizers", "recreated-parameter", "not-in-optimizer", "not-a-parameter", "frozen", "detached",
+    "data-access", "left-graph", "reentrant-checkpoint", "custom-backward", "zero-derivative", "saturated",
+    "hook-zeroed", "unused-parameter", "no-grad", "mode", "dead-adapter", "exploding", "vanishing", "spike",
     "nan", "update-size", "clipping", "replica-mismatch", "unused-on-rank",
 ]
 Tool = Literal["doctor", "flow", "monitor"]
@@ -53,6 +55,19 @@ _TABLE: dict[Kind, tuple[str, str, frozenset[Tool], str]] = {
                      "doctor"),
     "stale-grad": _info("stale gradient", "call optimizer.zero_grad() (or model.zero_grad()) once per step",
                         "doctor", "flow", "monitor"),
+    "zero-grad-before-step": _info("zero_grad between backward and step",
+                                   "call optimizer.zero_grad() before backward() (or after step()), never between "
+                                   "backward() and step()", "doctor"),
+    "double-backward": _info("backward twice per step",
+                             "call backward() once per optimizer step (sum the losses first, or divide each)",
+                             "doctor"),
+    "unscaled-accumulation": _info("accumulation not divided",
+                                   "divide each micro-batch's loss by the number of accumulation steps",
+                                   "doctor"),
+    "two-optimizers": _info("stepped by two optimizers", "give each parameter to exactly one optimizer",
+                            "doctor"),
+    "recreated-parameter": _info("parameter re-created in forward",
+                                 "create parameters once in __init__, never inside forward()", "doctor"),
     "not-in-optimizer": _info("not in the optimizer", "build the optimizer from model.parameters()",
                               "doctor", "flow", "monitor"),
     "not-a-parameter": _info("not registered", "register it: nn.Parameter(...), nn.ModuleList / nn.ModuleDict",
@@ -62,6 +77,23 @@ _TABLE: dict[Kind, tuple[str, str, frozenset[Tool], str]] = {
     "detached": _info("cut by detach()", "remove the detach() on the path from this parameter to the loss",
                       "doctor"),
     "data-access": _info("cut by .data", "use the tensor itself, not .data", "doctor"),
+    "left-graph": _info("left the graph",
+                        "keep the value a tensor: no .item(), .tolist(), numpy round trip, torch.tensor(...) "
+                        "re-wrapping or integer cast on the path to the loss", "doctor"),
+    "reentrant-checkpoint": _info("reentrant checkpoint cut",
+                                  "checkpoint(..., use_reentrant=False), or make the block's input require grad "
+                                  "(model.enable_input_require_grads())", "doctor"),
+    "custom-backward": _info("custom backward drops the gradient",
+                             "return the gradient for that input from the autograd.Function's backward "
+                             "(check it with gv.gradcheck)", "doctor"),
+    "zero-derivative": _info("zero-derivative op",
+                             "replace the op on the path (round, sign, a comparison) by a differentiable one, or a "
+                             "straight-through estimator", "doctor"),
+    "saturated": _info("saturated activation",
+                       "bring the activation's input back into range: init, bias, input scale or normalisation",
+                       "doctor", "flow"),
+    "hook-zeroed": _info("gradient zeroed by a hook", "fix or remove the hook that returns a zero gradient",
+                         "doctor"),
     "unused-parameter": _info("unused parameter",
                               "use it in the loss, set requires_grad_(False), or DDP(find_unused_parameters=True)",
                               "doctor"),
