@@ -91,7 +91,7 @@ _TABLE: dict[Kind, tuple[str, str, frozenset[Tool], str]] = {
                              "straight-through estimator", "doctor"),
     "saturated": _info("saturated activation",
                        "bring the activation's input back into range: init, bias, input scale or normalisation",
-                       "doctor", "flow"),
+                       "doctor"),
     "hook-zeroed": _info("gradient zeroed by a hook", "fix or remove the hook that returns a zero gradient",
                          "doctor"),
     "unused-parameter": _info("unused parameter",
