@@ -4,8 +4,11 @@ Graph tensors are matched to the re-run by *Python-level torch calls*: a ``Torch
 numbers every call (``k``) and its tensor outputs (``j``). The numbering does not depend on which
 tensors require grad, so the k-th call of the re-run is the k-th call of the traced run, and
 detaching its j-th output there detaches the same tensor. A tensor made inside a fused op (the
-transpose inside ``F.linear``) has no Python-level call and cannot be detached: it is reported as
-unverifiable rather than guessed.
+transpose inside ``F.linear``) has no Python-level call of its own. When it sits on a one-input,
+one-consumer chain, detaching it cuts exactly the same paths as detaching the nearest tensor on that chain
+that a Python-level call returns, or as freezing the leaf the chain starts at (``requires_grad=False``):
+the re-run replays it that way. Only a tensor inside a fused op with several inputs and several paths is
+reported as unverifiable, with the tensor to detach instead, rather than guessed.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import AutogradGraph, capture, trace
 
 OpTensor = tuple[int, int]  # (k-th Python-level torch call, j-th tensor output)
+Cut = tuple[str, int]  # an output ref: (node id, output_nr)
 
 # Why a toggle could not be applied in the re-run (shown in the page's verification banner).
-FUSED = ("it is made inside a fused op (no Python-level torch call returns it, e.g. the transpose inside "
-         "F.linear), so a re-run cannot detach it")
+FUSED = ("PyTorch makes it inside one torch call (no line of your code returns it), between several inputs "
+         "and uses, so a re-run cannot detach it alone")
 CHECKPOINTED = ("it is made inside a checkpointed block, and backward recomputes the block without the "
                 "detach")
 NOT_REACHED = "its torch call did not happen in the re-run (does fn take another branch?)"
@@ -144,10 +148,13 @@ class Rerunnable:
         why, by module, op and tensor names). Only *whether* each leaf gets a gradient is checked.
         """
         wanted = self.graph.what_if(detach, freeze)
-        cut = [t for t in wanted.cut if t in self.op_tensor]
         leaf_tensor = {n: self.tensors.get(self.graph.nx.nodes[n]["names"][0]) for n in self._named_leaves()}
+        replay = {t: self._replayed_as(t, leaf_tensor) for t in wanted.cut}
+        cut = [t for t, r in replay.items() if r is not None]
         frozen = [leaf for leaf in wanted.frozen if leaf_tensor.get(leaf) is not None]
-        unverifiable = [self._why_not_replayed(t) for t in wanted.cut if t not in self.op_tensor]
+        replay_freeze = {r for r in replay.values() if isinstance(r, str)}
+        replay_detach = {t: self.op_tensor[r] for t, r in replay.items() if isinstance(r, tuple)}
+        unverifiable = [self._why_not_replayed(t) for t, r in replay.items() if r is None]
         unverifiable += [f"freezing {self._leaf(leaf)} was not replayed: {UNREACHABLE}"
                          for leaf in wanted.frozen if leaf not in frozen]
         unread = [n for n in self.graph.nodes_of("leaf") if leaf_tensor.get(n) is None]
@@ -160,9 +167,9 @@ class Rerunnable:
         with sandbox(self.model, tensors=self.tensors.values()):
             for t in self.tensors.values():
                 t.grad = None
-            for leaf in frozen:
+            for leaf in {*frozen, *replay_freeze}:
                 leaf_tensor[leaf].requires_grad_(False)  # type: ignore[union-attr]
-            numbering = OpNumbering(detach={self.op_tensor[t] for t in cut})
+            numbering = OpNumbering(detach=set(replay_detach.values()))
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(self._rng)
                 with numbering:
@@ -170,7 +177,7 @@ class Rerunnable:
             if loss.requires_grad:
                 loss.backward()  # type: ignore[no-untyped-call]
             actual = {n for n, t in leaf_tensor.items() if t is not None and t.grad is None}
-        missed = [t for t in cut if self.op_tensor[t] not in numbering.applied]
+        missed = [t for t, kj in replay_detach.items() if kj not in numbering.applied]
         unverifiable += [f"{self._tensor(t)} was not replayed: {NOT_REACHED}" for t in missed]
         names = self.graph.nx.nodes
         checked_lost = sorted(names[n]["names"][0] for n in lost_ids if leaf_tensor.get(n) is not None)
@@ -185,15 +192,63 @@ class Rerunnable:
             "error": "",
         }
 
+    def _replayed_as(self, t: Cut, leaf_tensor: Mapping[str, torch.Tensor | None]) -> Cut | str | None:
+        """What to apply in the re-run for the cut ``t``: an output ref a Python-level call returns, a leaf
+        node to freeze, or None. Walks the one-input, one-consumer chain through ``t`` both ways: every path
+        through ``t`` passes through each tensor of that chain, so detaching any of them (or freezing the
+        leaf the chain starts at) loses exactly the same leaves, alone or with other toggles."""
+        for ref in (*self._chain(t, up=True), *self._chain(t, up=False)):
+            if ref in self.op_tensor:
+                return ref
+            node = self.graph.nx.nodes[ref[0]]
+            if node["kind"] == "leaf" and leaf_tensor.get(ref[0]) is not None:
+                return ref[0]
+        return None
+
+    def _chain(self, t: Cut, up: bool) -> list[Cut]:
+        g, chain, ref = self.graph.nx, [t], t
+        while len(chain) < 256:
+            node, out = ref
+            uses = [(v, i) for _, v, slots in g.out_edges(node, data="slots") for o, i in slots if o == out]
+            if up:
+                inputs = [(u, o) for u, _, slots in g.in_edges(node, data="slots") for o, _ in slots]
+                used = {o for _, _, slots in g.out_edges(node, data="slots") for o, _ in slots}
+                if len(inputs) != 1 or used != {out}:
+                    break
+                up_uses = [v for _, v, slots in g.out_edges(inputs[0][0], data="slots")
+                           for o, _ in slots if o == inputs[0][1]]
+                if len(up_uses) != 1:
+                    break
+                ref = inputs[0]
+            else:
+                if len(uses) != 1 or g.nodes[uses[0][0]]["kind"] != "op":
+                    break
+                consumer = uses[0][0]
+                if sum(len(slots) for _, _, slots in g.in_edges(consumer, data="slots")) != 1:
+                    break
+                outs = {o for _, _, slots in g.out_edges(consumer, data="slots") for o, _ in slots}
+                if len(outs) != 1:
+                    break
+                ref = (consumer, outs.pop())
+            chain.append(ref)
+        return chain
+
     def _why_not_replayed(self, t: tuple[str, int]) -> str:
-        why = CHECKPOINTED if t in self.checkpointed else FUSED
-        return f"{self._tensor(t)} was not replayed: {why}"
+        if t in self.checkpointed:
+            return f"{self._tensor(t)} was not replayed: {CHECKPOINTED}"
+        call = self.graph.nx.nodes[t[0]].get("call", "")
+        types = {c["id"]: c["type"] for c in self.graph.calls}
+        hint = (f"; to check a cut here, detach the output of {call} ({types[call]}), which a re-run can replay"
+                if call in types else "; to check a cut here, detach a tensor your code returns on this path")
+        return f"{self._tensor(t)} was not replayed: {FUSED}{hint}"
 
     def _tensor(self, t: tuple[str, int]) -> str:
         """A detached tensor by the user's names: "the detach of the ViewBackward0 output in blocks.1.attn
         (Attention)"; never the internal node id."""
         node, out = t
         d = self.graph.nx.nodes[node]
+        if d["kind"] == "leaf":
+            return f"the detach of {self._leaf(node)} itself"
         outputs = {o for _, _, slots in self.graph.nx.out_edges(node, data="slots") for o, _ in slots}
         nth = f" #{out}" if len(outputs) > 1 or out else ""
         call = d.get("call", "")

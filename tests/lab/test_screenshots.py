@@ -59,22 +59,29 @@ ALL_NOTEBOOKS = [
 SUBSET = [n for n in ALL_NOTEBOOKS if n != "06_big_models"]
 NOTEBOOKS = ALL_NOTEBOOKS if os.environ.get("GRADVIZ_SCREENSHOTS") == "all" else SUBSET
 
-# A cell no notebook has: a partial verification (one detach replayed, one inside F.linear that cannot be),
-# then the same widget with the replayable detach only (complete: green). The partial-verify case.
+# A cell no notebook has: a partial verification (one detach replayed, one inside scaled_dot_product_attention
+# that cannot be), then the same widget with the replayable detach only (complete: green).
 VERIFY_CELLS = [
     """\
 import torch
 from torch import nn
 import gradviz_nb as gv
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+        self.bias = nn.Parameter(torch.zeros(4, 4))
+    def forward(self, x):
+        return nn.functional.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x), attn_mask=self.bias)
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
-x = torch.randn(5, 3)
+model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), Attn())
+x = torch.randn(2, 4, 3)
 def widget(both):
     w = gv.GraphWidget.from_fn(lambda: model(x).pow(2).mean(), model=model, height=360)
     g = w.graph.nx
-    transpose = next(n for n, d in g.nodes(data=True) if d["op"] == "TBackward0" and d["call"] == "2")
+    inside = next(n for n, d in g.nodes(data=True) if d["op"] == "AddBackward0" and d["call"] == "2")
     tanh = next(n for n, d in g.nodes(data=True) if d["op"] == "TanhBackward0")
-    w.toggles = {"detach": [f"{tanh}:0", f"{transpose}:0"] if both else [f"{tanh}:0"], "freeze": []}
+    w.toggles = {"detach": [f"{tanh}:0", f"{inside}:0"] if both else [f"{tanh}:0"], "freeze": []}
     r = w.verify()
     print("COMPLETE", r["complete"], "AGREE", r["agree"])
     return w""",
@@ -501,7 +508,7 @@ def test_dark_theme_text_contrast(runs: dict[str, Run], notebook: str) -> None:
 
 @pytest.mark.parametrize("theme", list(THEMES))
 def test_partial_verification_banner_is_amber(runs: dict[str, Run], theme: str) -> None:
-    """Point 4: a partial verification (one cut inside F.linear cannot be replayed) shows an amber banner; the
+    """Point 4: a partial verification (one cut inside the attention cannot be replayed) shows an amber banner; the
     complete one stays green. Colours as the page paints them (translucent fills composited)."""
     run = runs[VERIFY_IN]
     last = max(run.printed)  # the extra cells come last: define, partial, full

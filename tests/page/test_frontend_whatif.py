@@ -302,21 +302,32 @@ def test_gpt2_124m_toggle_restyles_without_layout(browser: Any, tmp_path: Path) 
 
 
 def partial_verification() -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """A real from_fn widget (Linear -> Tanh -> Linear): detach tanh's output (replayable) and the
-    transpose inside the second F.linear (no Python-level call: not replayable); then tanh's only."""
+    """A real from_fn widget (Linear -> Tanh -> attention with a learned mask): detach tanh's output
+    (replayable) and scores + mask inside scaled_dot_product_attention (two inputs, no Python-level call:
+    not replayable); then tanh's only."""
     import torch
     from torch import nn
 
     import gradviz_nb as gv
 
+    class Attn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+            self.bias = nn.Parameter(torch.zeros(4, 4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x),
+                                                                    attn_mask=self.bias)
+
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
-    x = torch.randn(5, 3)
+    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), Attn())
+    x = torch.randn(2, 4, 3)
     w = gv.GraphWidget.from_fn(lambda: model(x).pow(2).mean(), model=model)
     g = w.graph.nx
-    transpose = next(n for n, d in g.nodes(data=True) if d["op"] == "TBackward0" and d["call"] == "2")
+    inside = next(n for n, d in g.nodes(data=True) if d["op"] == "AddBackward0" and d["call"] == "2")
     tanh = next(n for n, d in g.nodes(data=True) if d["op"] == "TanhBackward0")
-    w.toggles = {"detach": [f"{tanh}:0", f"{transpose}:0"], "freeze": []}
+    w.toggles = {"detach": [f"{tanh}:0", f"{inside}:0"], "freeze": []}
     w.verify()
     partial = w.page_state()
     w.toggles = {"detach": [f"{tanh}:0"], "freeze": []}
@@ -336,10 +347,11 @@ def test_partial_verification_is_amber_and_names_what_was_not_replayed(browser: 
     cls = banner.get_attribute("class") or ""
     assert "gradviz-verified-partial" in cls and "gradviz-verified-ok" not in cls, cls
     text = banner.inner_text()
-    assert p.summary().startswith("3 of 4 leaves lose gradient"), p.summary()  # the headline's prediction
-    assert "Partly verified" in text and "0.bias, 0.weight lose gradient, as predicted (2 of 3" in text, text
-    assert "Not checked: 2.weight (predicted to lose gradient), because:" in text, text
-    assert "the detach of the TBackward0 output in 2 (Linear) was not replayed" in text and "fused op" in text
+    assert p.summary().startswith("7 of 9 leaves lose gradient"), p.summary()  # the headline's prediction
+    assert "Partly verified" in text and "0.bias, 0.weight lose gradient, as predicted (2 of 7" in text, text
+    assert "Not checked: " in text and "2.q.weight" in text and "because:" in text, text
+    assert "the detach of the AddBackward0 output in 2 (Attn) was not replayed" in text, text
+    assert "no line of your code returns it" in text and "detach the output of 2 (Attn)" in text, text
     assert "which leaves get a gradient, not the gradients' values" in text
     ids = [n["id"] for n in state["graph_data"]["nodes"]]
     assert not any(f"{i}:" in text for i in ids), text  # no internal node id such as "n2:0"

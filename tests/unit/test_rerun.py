@@ -100,18 +100,74 @@ def test_detaches_inside_checkpointed_blocks_are_not_rerun() -> None:
     assert result["actual_lost"] == sorted(n for n in w.graph.leaves() if n.startswith("blocks.1."))
 
 
-def test_tensor_inside_a_fused_op_is_reported_unverifiable() -> None:
+def test_a_cut_on_a_leafs_own_edge_is_replayed_as_requires_grad_false() -> None:
+    # Seen in review: for relu(x @ W1) @ W2, a click on W2's edge was blamed on "the detach of the
+    # AccumulateGrad output made inside a fused op (the transpose inside F.linear)": there is no F.linear.
+    w, params = two_layer()
+    w2 = w.graph.find("W2")
+    w.toggles = {"detach": [f"{w2}:0"], "freeze": []}
+    result = w.verify()
+    assert result["complete"] and result["agree"] and result["unverifiable"] == [], result
+    assert result["actual_lost"] == result["predicted_lost"] == ["W2"]
+    assert params["W2"].requires_grad and params["W2"].grad is None  # replayed in the sandbox only
+
+
+def test_a_tensor_made_inside_a_call_is_replayed_through_its_one_path() -> None:
+    # The weight's transpose inside F.linear has no Python-level call, but it is the weight's only use:
+    # detaching it cuts the same paths as freezing the weight, so the re-run checks it that way.
     model = nn.Sequential(nn.Linear(3, 3))
     w = gv.GraphWidget.from_fn(lambda: model(torch.ones(2, 3)).sum(), model=model)
     transpose = next(n for n, d in w.graph.nx.nodes(data=True) if d["op"] == "TBackward0")
     w.toggles = {"detach": [f"{transpose}:0"], "freeze": []}
     result = w.verify()
+    assert result["complete"] and result["agree"], result
+    assert result["actual_lost"] == result["predicted_lost"] == ["0.weight"]
+    # einsum's inner bmm: one consumer chain down to the tensor einsum returns
+    a, b = torch.randn(3, 4, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    w = gv.GraphWidget.from_fn(lambda: torch.einsum("ij,jk->ik", a.tanh(), b.sin()).pow(2).sum(),
+                               names={"a": a, "b": b})
+    bmm = next(n for n, d in w.graph.nx.nodes(data=True) if d["op"] == "BmmBackward0")
+    w.toggles = {"detach": [f"{bmm}:0"], "freeze": []}
+    result = w.verify()
+    assert result["complete"] and result["agree"] and result["actual_lost"] == ["a", "b"], result
+
+
+class Attn(nn.Module):
+    """Attention with a learned additive mask: inside scaled_dot_product_attention, scores + mask is a tensor
+    with two inputs and no Python-level call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+        self.bias = nn.Parameter(torch.zeros(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x),
+                                                                attn_mask=self.bias)
+
+
+def attention_model() -> tuple[gv.GraphWidget, nn.Module, str, str]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), Attn())
+    x = torch.randn(2, 4, 3)
+    w = gv.GraphWidget.from_fn(lambda: model(x).pow(2).mean(), model=model)
+    g = w.graph.nx
+    add = next(n for n, d in g.nodes(data=True) if d["op"] == "AddBackward0" and d["call"] == "2")
+    tanh = next(n for n, d in g.nodes(data=True) if d["op"] == "TanhBackward0")
+    return w, model, add, tanh
+
+
+def test_tensor_inside_a_fused_op_is_reported_unverifiable_in_the_users_terms() -> None:
+    w, _, add, _ = attention_model()
+    w.toggles = {"detach": [f"{add}:0"], "freeze": []}
+    result = w.verify()
     assert result["unverifiable"] == [
-        "the detach of the TBackward0 output in 0 (Linear) was not replayed: it is made inside a fused op "
-        "(no Python-level torch call returns it, e.g. the transpose inside F.linear), so a re-run cannot detach it"]
+        "the detach of the AddBackward0 output in 2 (Attn) was not replayed: PyTorch makes it inside one torch "
+        "call (no line of your code returns it), between several inputs and uses, so a re-run cannot detach it "
+        "alone; to check a cut here, detach the output of 2 (Attn), which a re-run can replay"]
     assert result["agree"] and result["actual_lost"] == []  # verified without the unappliable detach
-    assert result["predicted_lost"] == ["0.weight"] and result["checked_lost"] == []
-    assert not result["complete"]  # the page shows amber: 0.weight's predicted loss was not checked
+    assert result["predicted_lost"] == ["2.bias", "2.k.bias", "2.k.weight", "2.q.bias", "2.q.weight"]
+    assert result["checked_lost"] == [] and not result["complete"]  # the page shows amber
 
 
 def test_a_function_that_changes_between_runs_is_flagged_loudly() -> None:
@@ -148,23 +204,17 @@ def test_errors_in_fn_are_reported_not_raised() -> None:
 def test_partial_verification_on_a_real_model_names_what_was_not_replayed() -> None:
     # Seen in review: the headline predicted 2 lost leaves, one detach could not be replayed, and the banner
     # said "1 leaf loses gradient, as predicted" in green, naming the cut "n2:0".
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
-    x = torch.randn(5, 3)
-    w = gv.GraphWidget.from_fn(lambda: model(x).pow(2).mean(), model=model)
-    g = w.graph.nx
-    transpose = next(n for n, d in g.nodes(data=True) if d["op"] == "TBackward0" and d["call"] == "2")
-    tanh = next(n for n, d in g.nodes(data=True) if d["op"] == "TanhBackward0")
-    w.toggles = {"detach": [f"{tanh}:0", f"{transpose}:0"], "freeze": []}
-    assert sorted(w.what_if().lost) == ["0.bias", "0.weight", "2.weight"]
+    w, model, add, tanh = attention_model()
+    w.toggles = {"detach": [f"{tanh}:0", f"{add}:0"], "freeze": []}
+    lost = ["0.bias", "0.weight", "2.bias", "2.k.bias", "2.k.weight", "2.q.bias", "2.q.weight"]
+    assert sorted(w.what_if().lost) == lost
     result = w.verify()
-    # The replayable cut (tanh's output) was checked against PyTorch; the transpose inside F.linear was not.
-    assert result["predicted_lost"] == ["0.bias", "0.weight", "2.weight"]
+    # The replayable cut (tanh's output) was checked against PyTorch; the sum inside the attention was not.
+    assert result["predicted_lost"] == lost
     assert result["checked_lost"] == result["actual_lost"] == ["0.bias", "0.weight"]
     assert result["agree"] and not result["complete"]
-    assert result["unverifiable"] == [
-        "the detach of the TBackward0 output in 2 (Linear) was not replayed: it is made inside a fused op "
-        "(no Python-level torch call returns it, e.g. the transpose inside F.linear), so a re-run cannot detach it"]
+    [why] = result["unverifiable"]
+    assert why.startswith("the detach of the AddBackward0 output in 2 (Attn) was not replayed"), why
     assert all(p.grad is None and p.requires_grad for p in model.parameters())  # the model as it was
     w.toggles = {"detach": [f"{tanh}:0"], "freeze": []}
     full = w.verify()
