@@ -14,7 +14,7 @@ import bisect
 import itertools
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -26,6 +26,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.compiled import compiling, real_named_modules, unwrap_compiled
+from gradviz_nb.tracing.evidence import Evidence
 from gradviz_nb.tracing.ghosts import ForwardObserver, Ghost, InplaceWrite
 from gradviz_nb.validate import boolean, module, positive_int
 
@@ -137,6 +138,7 @@ class Capture:
             return self
         if self._observer is not None:
             self._observer.__enter__()  # type: ignore[no-untyped-call]
+            _RECENT.append(_Span(_sequence_counter(), None, self._observer.events))
         # Two global hooks instead of two per module: starting and stopping cost O(1) hook
         # registrations, and modules outside the model are skipped by one dict lookup.
         hooked = self._hooked_ref()
@@ -166,6 +168,9 @@ class Capture:
     def stop(self) -> None:
         if self._observer is not None and self._handles:
             self._observer.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+            for span in _RECENT:
+                if span.events is self._observer.events and span.end is None:
+                    span.end = _sequence_counter()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -197,6 +202,12 @@ class Capture:
         """Detached results and frozen parameters seen in the forward (not in the backward graph)."""
         return list(self._observer.ghosts) if self._observer is not None else []
 
+    @property
+    def evidence(self) -> list[Evidence]:
+        """Forward-time evidence for missing or small gradients (values leaving the graph, zero-derivative
+        and saturating ops with measured fractions, tensor hooks, no_grad uses), in forward order."""
+        return list(self._observer.events) if self._observer is not None else []
+
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Stop observing tensors for a while: for tools that read tensors during a captured step (their
@@ -220,6 +231,32 @@ class Capture:
         state = "recording" if self._handles else "stopped"
         of = type(self.model).__name__ if self.model is not None else "no model"
         return f"<gv.Capture of {of}: {len(self.calls)} module calls, {state}>"
+
+
+@dataclass(eq=False)
+class _Span:
+    """The autograd sequence numbers a capture was recording over, and its evidence (plain records)."""
+
+    start: int
+    end: int | None
+    events: list[Evidence]
+
+
+# The evidence of the last captures, by sequence-number span: a graph traced from one of them finds its
+# evidence by its nodes' numbers (unique per thread), after the Capture object itself is gone (gv.doctor's).
+_RECENT: deque[_Span] = deque(maxlen=16)
+
+
+def recent_evidence(seqs: Iterable[int]) -> list[Evidence]:
+    """The evidence of every recent capture whose span holds one of these autograd sequence numbers."""
+    numbers = sorted(seqs)
+    out: list[Evidence] = []
+    for span in list(_RECENT):
+        end = span.end if span.end is not None else _sequence_counter()
+        i = bisect.bisect_left(numbers, span.start)
+        if i < len(numbers) and numbers[i] < end:
+            out += span.events
+    return out
 
 
 class Attribution:

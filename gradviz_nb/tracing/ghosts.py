@@ -23,6 +23,14 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from gradviz_nb.tracing.evidence import (
+    WATCHED,
+    Evidence,
+    checkpoint_call_line,
+    hook_name,
+    hook_wrapper,
+    saturation_stats,
+)
 from gradviz_nb.tracing.walk import anchor
 
 if TYPE_CHECKING:
@@ -31,6 +39,7 @@ if TYPE_CHECKING:
 _DATA_GETTER = torch._C.TensorBase.__dict__["data"]
 SMALL_VALUE = 64
 CUT_WALK_LIMIT = 20_000  # grad_fn nodes walked per detach to find the parameters it cuts off
+CUT_WALKS = 64  # such walks per capture for comparisons / values leaving the graph (a mask per layer is common)
 # Frames of torch and of this tracing package sit between the user's detach and the mode that sees it.
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__), "<frozen ")
 
@@ -160,6 +169,10 @@ class ForwardObserver(TorchFunctionMode):
         self._param_names = {id(p): name for name, p in params}
         self._frozen_ghost: dict[int, Ghost] = {}
         self.inplace: list[InplaceWrite] = []
+        self.events: list[Evidence] = []  # forward-time evidence for why a gradient is missing (evidence.py)
+        self._left: Evidence | None = None  # the last value that left the graph, until a new tensor enters
+        self._no_grad_seen: set[int] = set()
+        self._walks = 0
         self.paused = False  # True while a tool inspects tensors mid-forward: its own detaches are not the user's
         # id(tensor) -> (weak ref, ghost it carries): by identity (tensor == is elementwise), and weak so
         # observing never keeps activations alive
@@ -173,8 +186,15 @@ class ForwardObserver(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         target = args[0] if args and name.endswith("_") and not name.endswith("__") else None
         made_by = target.grad_fn if isinstance(target, torch.Tensor) and _has_grad_fn(target) else None
+        watched = WATCHED.get(func)  # the hot path's one extra cost: a dict lookup
+        if watched == "hook" and not _in_backward():
+            args = self._measure_hook(args)
         before = _next_sequence_nr()
         out = func(*args, **(kwargs or {}))
+        if watched is not None and watched != "hook" and not _in_backward():
+            self._record(watched, func, args, kwargs, out, before)
+        elif not torch.is_grad_enabled() and self._param_names and not _in_backward():
+            self._used_without_grad(args)
         if made_by is not None and isinstance(target, torch.Tensor) and not _in_backward():
             call = self._current_call()
             self.inplace.append(InplaceWrite(name, made_by.name(), target.output_nr, tuple(target.shape),
@@ -229,7 +249,82 @@ class ForwardObserver(TorchFunctionMode):
             cut = {id(source)}
         ghost.cut = [name for key, name in self._param_names.items() if key in cut]
         self.ghosts.append(ghost)
+        self._event("data-access" if label == ".data" else "detached", label, cut=ghost.cut, shape=ghost.shape)
         return ghost
+
+    # -- evidence (tracing/evidence.py) ---------------------------------------------------------------------
+    def _event(self, kind: str, op: str, **fields: Any) -> Evidence:
+        call = self._current_call()
+        line = fields.pop("line", None)
+        event = Evidence(kind, op, call.path if call else "", user_line() if line is None else line,
+                         len(self.events), **fields)
+        self.events.append(event)
+        return event
+
+    def _cut_names(self, t: torch.Tensor) -> list[str]:
+        """The parameters upstream of ``t`` (whose gradient would flow through it), by name."""
+        if t.grad_fn is None:
+            name = self._param_names.get(id(t))
+            return [name] if name is not None else []
+        if self._walks >= CUT_WALKS:
+            return []
+        self._walks += 1
+        cut = upstream_leaves(t.grad_fn)
+        return [name for key, name in self._param_names.items() if key in cut]
+
+    def _record(self, watched: str, func: Any, args: Any, kwargs: Any, out: Any, before: int) -> None:
+        name = getattr(func, "__name__", str(func))
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        grad_in = first is not None and first.requires_grad and torch.is_grad_enabled()
+        if watched == "saturating":
+            if type(out) is torch.Tensor and _has_grad_fn(out):
+                self._event("saturated", name, seq=_made_seq(out, before), shape=list(out.shape),
+                            _stats=saturation_stats(func, out, args, kwargs or {}))
+        elif watched == "zero-derivative":
+            if isinstance(out, torch.Tensor) and _has_grad_fn(out):
+                self._event("zero-derivative", name, seq=_made_seq(out, before), shape=list(out.shape))
+        elif watched == "compare" and grad_in and first is not None:
+            self._event("zero-derivative", name, cut=self._cut_names(first), shape=list(first.shape))
+        elif watched == "leave" and first is not None and first.requires_grad:
+            op = f"{name.strip('_')}(...)" if name.startswith("__") else f".{name}()"
+            self._left = self._event("left-graph", op, cut=self._cut_names(first), shape=list(first.shape))
+        elif watched == "cast" and grad_in and first is not None and isinstance(out, torch.Tensor) \
+                and not (out.is_floating_point() or out.is_complex()):
+            self._left = self._event("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
+                                     cut=self._cut_names(first), shape=list(first.shape))
+        elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor):
+            self._event("entered", f"torch.{name}(...)", shape=list(out.shape))
+            self._left = None
+
+    def _measure_hook(self, args: Any) -> Any:
+        """``tensor.register_hook(fn)``: register a wrapper that measures what ``fn`` did to the gradient."""
+        if len(args) < 2 or not isinstance(args[0], torch.Tensor) or not callable(args[1]):
+            return args
+        t = args[0]
+        fn = t.grad_fn if _has_grad_fn(t) else None
+        seq = int(fn._sequence_nr()) if fn is not None else None
+        name = self._param_names.get(id(t))
+        event = self._event("hook", hook_name(args[1]), seq=seq, cut=[name] if name else [], shape=list(t.shape),
+                            hook=hook_name(args[1]))
+        return (t, hook_wrapper(args[1], event), *args[2:])
+
+    def _used_without_grad(self, args: Any) -> None:
+        """A parameter that requires grad used while grad mode is off, inside one of the model's calls (an
+        optimizer step runs outside them). Once per parameter."""
+        if self._current_call() is None:
+            return
+        for t in _tensors_in(args):
+            key = id(t)
+            name = self._param_names.get(key)
+            if name is None or key in self._no_grad_seen or not t.requires_grad:
+                continue
+            self._no_grad_seen.add(key)
+            via = checkpoint_call_line(_LIBRARY_DIRS)
+            if via:
+                self._event("reentrant-checkpoint", "checkpoint(use_reentrant=True)", cut=[name], via=via,
+                            shape=list(t.shape))
+            else:
+                self._event("no-grad", "torch.no_grad()", cut=[name], shape=list(t.shape))
 
     def _carried_by(self, tensors: Iterable[torch.Tensor]) -> list[Ghost]:
         found: list[Ghost] = []
