@@ -130,10 +130,11 @@ export interface Wiring {
 /** Page -> Python, one envelope for every request: `id` (unique per widget) comes back in the reply.
  *  "load" (lazy mode): send me the records of these calls' direct member nodes; "verify": re-run
  *  the model with the current toggles (the result arrives in the `verified` trait); "values": the
- *  selected leaf's value and .grad summaries, read now (the trace computes none). */
+ *  selected leaf's value and .grad summaries, read now (the trace computes none); "why": why that leaf's
+ *  gradient is what it is (gradviz_nb.doctor.why), body `ValuesBody` too. */
 export interface PageRequest {
   id: number;
-  kind: "load" | "verify" | "values";
+  kind: "load" | "verify" | "values" | "why";
   body: LoadBody | ValuesBody | Record<string, never>;
 }
 
@@ -151,8 +152,28 @@ export interface PageReply {
   id: number;
   kind: "reply";
   ok: boolean;
-  body?: LoadReplyBody | ValuesReplyBody | Record<string, never>;
+  body?: LoadReplyBody | ValuesReplyBody | WhyReplyBody | Record<string, never>;
   error?: string;
+}
+
+/** The body of a reply to "why" (gradviz_nb/widgets/page/why.py): `answer` is `Why.to_dict()` for the
+ *  leaf `node`, or null with `missing` saying why there is none (not available, not saved in this export). */
+export interface WhyReplyBody {
+  node: string;
+  answer: WhyAnswer | null;
+  missing: string;
+}
+
+/** Why one parameter's gradient is what it is: `status` "ok" | "none" | "zero" | "tiny" | "scaled"; the
+ *  first cause with its evidence and fix; `node` the graph node it points at ("" for none). */
+export interface WhyAnswer {
+  name: string;
+  status: string;
+  kind: string;
+  cause: string;
+  evidence: string;
+  fix: string;
+  node: string;
 }
 
 /** The body of a reply to "load": one chunk per asked call, in the order asked. */
@@ -279,6 +300,9 @@ export interface Overlay {
   marks: Record<string, "no-grad" | "nan" | "flag">;
   /** Unit for tooltips and legend, e.g. "B", "" . */
   unit: string;
+  /** Rows per element (node id or "call:<id>"): [label, text], e.g. a module box's parameters and their
+   *  norms; shown in the tooltip (the first few) and the details panel (all). */
+  detail?: Record<string, [string, string][]>;
 }
 
 /** Statistics of one recorded gradient tensor; `value` (flattened) only for small ones (<= 64). */

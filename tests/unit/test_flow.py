@@ -227,7 +227,7 @@ def test_overlay_follows_the_payload_contract() -> None:
     loss.backward()
     flow = gv.gradient_flow(model, graph=graph, capture=cap)
     ov = page.overlay(flow, graph=graph)
-    assert set(ov) == {"title", "values", "scale", "encoding", "marks", "unit"}
+    assert set(ov) == {"title", "values", "scale", "encoding", "marks", "unit", "detail"}
     assert ov["scale"] == "log" and ov["encoding"] == "color"
     leaves = graph.leaves()
     a0 = leaves["blocks.0.attn.c_attn.lora_B"]

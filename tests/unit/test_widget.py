@@ -138,8 +138,8 @@ def test_overlay_trait_converts_known_sources_and_refuses_the_rest() -> None:
     assert w.overlay["unit"] == "B"
     w.overlay = {}
     for bad, words in ((3, "MemoryReport, a GradientFlow, a GradCheck, a Diagnosis"), ([], "got list"),
-                       ({"title": "x"}, "Overlay dict (js/src/payload.ts) has the fields encoding, marks, scale, "
-                                        "title, unit, values; this one has missing encoding, marks, scale, unit")):
+                       ({"title": "x"}, "Overlay dict (js/src/payload.ts) has the fields detail, encoding, marks, "
+                                        "scale, title, unit, values; this one has missing encoding, marks, scale, unit")):
         with pytest.raises(traitlets.TraitError, match=r"^overlay: ") as err:
             w.overlay = bad
         assert words in str(err.value)

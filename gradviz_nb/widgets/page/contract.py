@@ -15,7 +15,7 @@ __all__ = [
     "Chunk", "DiffStatus", "DoctorFinding", "FoldGroup", "GhostTensor", "GraphDiff", "GraphEdge", "GraphMeta",
     "GraphNode", "GraphPayload", "LoadBody", "LoadReplyBody", "ModuleCall", "Overlay", "PageReply", "PageRequest",
     "RecordedGrad", "RecordedStep", "Recording", "TensorSummary", "Toggles", "Traits", "ValuesBody", "ValuesReplyBody",
-    "Verification", "WhatIfAnswer", "Wiring",
+    "Verification", "WhatIfAnswer", "WhyAnswer", "WhyReplyBody", "Wiring",
 ]
 
 Number = int | float
@@ -157,7 +157,7 @@ class PageRequest(TypedDict):
     ``{}``, or kind ``"values"`` with body ``{"node": "n12"}``."""
 
     id: int
-    kind: Literal["load", "verify", "values"]
+    kind: Literal["load", "verify", "values", "why"]
     body: LoadBody | ValuesBody | Empty
 
 
@@ -172,6 +172,24 @@ class ValuesReplyBody(TypedDict):
     missing: str
 
 
+class WhyAnswer(TypedDict):
+    """``gradviz_nb.doctor.why.Why.to_dict()``: status "ok" | "none" | "zero" | "tiny" | "scaled"."""
+
+    name: str
+    status: str
+    kind: str
+    cause: str
+    evidence: str
+    fix: str
+    node: str
+
+
+class WhyReplyBody(TypedDict):
+    node: str
+    answer: WhyAnswer | None
+    missing: str
+
+
 class PageReply(TypedDict):
     """Kernel -> page: ``{"id": 7, "kind": "reply", "ok": True, "body": {...}}`` or ``ok: False`` with
     ``error``, text a user can act on."""
@@ -179,7 +197,7 @@ class PageReply(TypedDict):
     id: int
     kind: Literal["reply"]
     ok: bool
-    body: NotRequired[LoadReplyBody | ValuesReplyBody | Empty]
+    body: NotRequired[LoadReplyBody | ValuesReplyBody | WhyReplyBody | Empty]
     error: NotRequired[str]
 
 
@@ -209,6 +227,10 @@ class Verification(TypedDict):
 Mark = Literal["no-grad", "nan", "flag"]
 
 
+# One row of an overlay's per-element detail: a label and its text (e.g. a parameter and its norm).
+OverlayRow = tuple[str, str]
+
+
 class Overlay(TypedDict):
     title: str
     values: dict[str, Number]
@@ -216,6 +238,7 @@ class Overlay(TypedDict):
     encoding: Literal["color", "size"]
     marks: dict[str, Mark]
     unit: str
+    detail: NotRequired[dict[str, list[OverlayRow]]]
 
 
 class RecordedGrad(TypedDict):

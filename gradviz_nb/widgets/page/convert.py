@@ -12,7 +12,9 @@ return plain results; these functions make them page data. Example::
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Literal, cast
 
@@ -31,14 +33,13 @@ from gradviz_nb.widgets.page.contract import (
     DoctorFinding,
     Mark,
     Overlay,
+    OverlayRow,
     RecordedGrad,
     RecordedStep,
     Recording,
 )
 from gradviz_nb.widgets.page.contract import GraphDiff as GraphDiffPage
 
-# What `page.overlay` (and so `GraphWidget.overlay`) accepts besides an Overlay dict: named in errors.
-OVERLAY_SOURCES = (MemoryReport, GradientFlow, GradCheck, Diagnosis)
 Encoding = Literal["color", "size"]
 
 
@@ -107,10 +108,33 @@ def memory_overlay(mem: MemoryReport, encoding: Encoding = "size") -> Overlay:
     return {"title": MEMORY_TITLE, "values": values, "scale": "log", "encoding": encoding, "marks": {}, "unit": "B"}
 
 
+def _flow_value(norm: float) -> str:
+    return f"{norm:.3g}" if math.isfinite(norm) else str(norm)
+
+
+def flow_detail(flow: GradientFlow, graph: AutogradGraph) -> dict[str, list[OverlayRow]]:
+    """Each module box's parameters (``"call:<id>"`` -> one row per parameter directly or further inside:
+    its name relative to the module and its gradient norm, or why it has none), largest norm first."""
+    detail: dict[str, list[OverlayRow]] = {}
+    for call in graph.calls:
+        path = call["path"]
+        inside = [p for p in flow.params if path == "" or p.module == path or p.module.startswith(path + ".")]
+        if not inside:
+            continue
+        inside.sort(key=lambda p: (not p.has_grad, -(p.norm if math.isfinite(p.norm) else math.inf), p.name))
+        rows: list[OverlayRow] = []
+        for p in inside:
+            name = p.name[len(path) + 1:] if path and p.name.startswith(path + ".") else p.name
+            text = _flow_value(p.norm) if p.has_grad else "no gradient"
+            rows.append((name, text + (f" · {p.nonfinite} non-finite" if p.nonfinite else "")))
+        detail[f"call:{call['id']}"] = rows
+    return detail
+
+
 def flow_overlay(flow: GradientFlow, graph: AutogradGraph) -> Overlay:
     """Gradient norms of a :func:`gv.gradient_flow` on ``graph``: leaves get their parameter's norm, module
-    boxes (``"call:<id>"``) their module's; marks ``no-grad`` (no gradient), ``nan`` (NaN/Inf), ``flag``
-    (vanishing, exploding, dead adapter)."""
+    boxes (``"call:<id>"``) their module's, and each box lists its parameters' norms (``detail``); marks
+    ``no-grad`` (no gradient), ``nan`` (NaN/Inf), ``flag`` (vanishing, exploding, dead adapter)."""
     values: dict[str, int | float] = {}
     marks: dict[str, Mark] = {}
     flagged_paths = {f.target for f in flow.flags if f.kind in ("vanishing", "exploding", "dead-adapter")}
@@ -137,7 +161,7 @@ def flow_overlay(flow: GradientFlow, graph: AutogradGraph) -> Overlay:
         if math.isfinite(m.norm):  # marks are per node id in the contract: a box shows its members' marks
             values[f"call:{call['id']}"] = m.norm
     return {"title": "gradient L2 norm", "values": values, "scale": "log", "encoding": "color", "marks": marks,
-            "unit": ""}
+            "unit": "", "detail": flow_detail(flow, graph)}
 
 
 def gradcheck_overlay(res: GradCheck) -> Overlay:
@@ -154,30 +178,75 @@ def findings_overlay(diagnosis: Diagnosis) -> Overlay:
             "unit": ""}
 
 
+# --- page.overlay: one converter registered per source type ---------------------------------------------
+# A new overlay source is one function registered here (`@overlay_source(Type, "gv.maker")`): `overlay`
+# dispatches on the type, traits accept it, and every error lists it, all from the registry.
+MADE_BY: dict[type, str] = {}  # source type -> the public call that makes one, for error texts
+OverlayFn = Callable[[Any, AutogradGraph | None, Encoding | None], Overlay]
+
+
+@functools.singledispatch
 def overlay(source: Any, graph: AutogradGraph | None = None, encoding: Encoding | None = None) -> Overlay:
-    """The ``Overlay`` (trait ``overlay``) for ``source``: a :class:`MemoryReport` (bytes held for
-    backward; ``encoding`` "size", the default, or "color"), a ``GradientFlow`` (gradient norms; needs
-    ``graph``), a ``GradCheck`` (wrong nodes) or a doctor ``Diagnosis`` (nodes with findings).
-    Raises :class:`GradvizError` for anything else, naming what is accepted."""
-    if encoding is not None and encoding not in ("size", "color"):
-        raise GradvizError(f"overlay: encoding must be 'size' or 'color', got {encoding!r}.")
-    if encoding is not None and not isinstance(source, MemoryReport):
-        raise GradvizError("overlay: encoding= applies to a MemoryReport only (the others have their own).")
-    if isinstance(source, MemoryReport):
-        return memory_overlay(source, encoding or "size")
-    if isinstance(source, GradientFlow):
-        if graph is None:
-            raise GradvizError("overlay: a GradientFlow is drawn on a graph: page.overlay(flow, graph=g), "
-                               "or set it on a widget (w.overlay = flow), which has its graph.")
-        return flow_overlay(source, graph)
-    if isinstance(source, GradCheck):
-        return gradcheck_overlay(source)
-    if isinstance(source, Diagnosis):
-        return findings_overlay(source)
+    """The ``Overlay`` (trait ``overlay``) for ``source``, by its type: a :class:`MemoryReport` (bytes held
+    for backward; ``encoding`` "size", the default, or "color"), a ``GradientFlow`` (gradient norms; needs
+    ``graph``), a ``GradCheck`` (wrong nodes) or a doctor ``Diagnosis`` (nodes with findings); see
+    :data:`MADE_BY`. Raises :class:`GradvizError` for anything else, naming what is accepted."""
     raise GradvizError(f"overlay: expected {overlay_sources()}, got {type(source).__name__}.")
 
 
+def overlay_source(cls: type, made_by: str) -> Callable[[OverlayFn], OverlayFn]:
+    """Register ``fn(source, graph, encoding)`` as the overlay converter of ``cls`` (made by ``made_by``)."""
+    def register(fn: OverlayFn) -> OverlayFn:
+        MADE_BY[cls] = made_by
+        overlay.register(cls)(fn)
+        return fn
+    return register
+
+
+def is_overlay_source(value: object) -> bool:
+    """True when :func:`overlay` has a converter for ``value``'s type."""
+    return overlay.dispatch(type(value)) is not overlay.dispatch(object)
+
+
+def a(name: str) -> str:
+    """``name`` with its indefinite article, for error texts: "an AutogradGraph", "a GradCheck"."""
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
 def overlay_sources() -> str:
-    """The accepted overlay sources in words, for error messages."""
-    return ", ".join(f"a {t.__name__}" for t in OVERLAY_SOURCES) + " (gv.memory_held, gv.gradient_flow, " \
-        "gv.gradcheck, gv.doctor)"
+    """The accepted overlay sources in words, for error messages (from the registry)."""
+    return ", ".join(a(t.__name__) for t in MADE_BY) + f" ({', '.join(MADE_BY.values())})"
+
+
+def _no_encoding(source: object, encoding: Encoding | None) -> None:
+    if encoding is not None:
+        raise GradvizError(f"overlay: encoding= applies to a MemoryReport only; {a(type(source).__name__)} "
+                           "has its own.")
+
+
+@overlay_source(MemoryReport, "gv.memory_held")
+def _memory(source: MemoryReport, graph: AutogradGraph | None = None, encoding: Encoding | None = None) -> Overlay:
+    if encoding is not None and encoding not in ("size", "color"):
+        raise GradvizError(f"overlay: encoding must be 'size' or 'color', got {encoding!r}.")
+    return memory_overlay(source, encoding or "size")
+
+
+@overlay_source(GradientFlow, "gv.gradient_flow")
+def _flow(source: GradientFlow, graph: AutogradGraph | None = None, encoding: Encoding | None = None) -> Overlay:
+    _no_encoding(source, encoding)
+    if graph is None:
+        raise GradvizError("overlay: a GradientFlow is drawn on a graph: page.overlay(flow, graph=g), "
+                           "or set it on a widget (w.overlay = flow), which has its graph.")
+    return flow_overlay(source, graph)
+
+
+@overlay_source(GradCheck, "gv.gradcheck")
+def _gradcheck(source: GradCheck, graph: AutogradGraph | None = None, encoding: Encoding | None = None) -> Overlay:
+    _no_encoding(source, encoding)
+    return gradcheck_overlay(source)
+
+
+@overlay_source(Diagnosis, "gv.doctor")
+def _diagnosis(source: Diagnosis, graph: AutogradGraph | None = None, encoding: Encoding | None = None) -> Overlay:
+    _no_encoding(source, encoding)
+    return findings_overlay(source)

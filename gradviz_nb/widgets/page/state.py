@@ -17,7 +17,8 @@ Example::
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -47,11 +48,6 @@ DEFAULTS: dict[str, Any] = {
     "unfolded": [], "selected": "", "height": 600, "toggles": {"detach": [], "freeze": []}, "verified": {},
     "can_verify": False, "overlay": {}, "recording": {}, "step": -1, "diff": {}, "findings": [],
 }
-ACCEPTED = ("an AutogradGraph, a loss tensor (or a list of them), a BackwardRecording (gv.record_backward), "
-            "a GraphDiff (gv.diff), a Diagnosis (gv.doctor), a MemoryReport (gv.memory_held) or a GradCheck "
-            "(gv.gradcheck)")
-
-
 @dataclass
 class Built:
     """The graph drawn, the synced traits' first values, and the lazy index when the page starts lazy."""
@@ -77,33 +73,85 @@ class HasSnapshot(Protocol):
     def page_snapshot(self, **traits: Any) -> Snapshot: ...
 
 
+# --- page.source: the graph and traits each drawable type brings, one function registered per type -----
+# A new drawable is one function registered here (`@drawable(Type, "a Type (gv.maker)")`); the error for anything
+# else names every registered type (`accepted()`), from the registry.
+MADE_BY: dict[type, str] = {}  # drawable type -> how an error names it ("a GraphDiff (gv.diff)")
+SourceFn = Callable[..., tuple[AutogradGraph, dict[str, Any]]]
+
+
+@functools.singledispatch
 def source(
     x: Any,
     model: nn.Module | None = None,
     capture: Capture | None = None,
     names: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[AutogradGraph, dict[str, Any]]:
-    """The graph ``x`` is drawn on, and the page traits ``x`` itself brings (converted)."""
-    if isinstance(x, Diagnosis):
-        if x.graph is None:
-            raise GradvizError("this diagnosis has no graph to draw: the step ran no backward.")
-        return x.graph, {"findings": convert.findings(x), "overlay": convert.overlay(x)}
-    if isinstance(x, BackwardRecording):
-        return x.graph, {"recording": convert.recording(x)}
-    if isinstance(x, GraphDiff):
-        return x.merged(), {"diff": convert.diff(x)}
-    if isinstance(x, MemoryReport):
-        return x.graph, {"overlay": convert.overlay(x)}
-    if isinstance(x, GradCheck):
-        return x.graph, {"overlay": convert.overlay(x)}
-    if isinstance(x, GradientFlow):
-        raise GradvizError("a GradientFlow holds no graph to draw it on: GraphWidget(loss, model=model, "
-                           "overlay=flow), or w.overlay = flow on a widget you have.")
-    if isinstance(x, AutogradGraph):
-        return x, {}
-    if isinstance(x, torch.Tensor) or (isinstance(x, Sequence) and x and all(isinstance(t, torch.Tensor) for t in x)):
+    """The graph ``x`` is drawn on, and the page traits ``x`` itself brings (converted), by ``x``'s type
+    (see :data:`MADE_BY`); a list of loss tensors is traced too. :class:`GradvizError` for anything else."""
+    if isinstance(x, Sequence) and x and all(isinstance(t, torch.Tensor) for t in x):
         return trace(x, model, capture, names), {}
-    raise GradvizError(f"nothing to draw from {type(x).__name__}: expected {ACCEPTED}.")
+    raise GradvizError(f"nothing to draw from {type(x).__name__}: expected {accepted()}.")
+
+
+def drawable(cls: type, made_by: str) -> Callable[[SourceFn], SourceFn]:
+    """Register ``fn(x, model, capture, names)`` as what :func:`source` does with a ``cls``."""
+    def register(fn: SourceFn) -> SourceFn:
+        MADE_BY[cls] = made_by
+        source.register(cls)(fn)
+        return fn
+    return register
+
+
+def accepted() -> str:
+    """What :func:`build` draws, in words (from the registry)."""
+    words = list(MADE_BY.values())
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+@drawable(AutogradGraph, "an AutogradGraph")
+def _graph(x: AutogradGraph, *_: Any) -> tuple[AutogradGraph, dict[str, Any]]:
+    return x, {}
+
+
+@drawable(torch.Tensor, "a loss tensor (or a list of them)")
+def _loss(x: torch.Tensor, model: nn.Module | None = None, capture: Capture | None = None,
+          names: Mapping[str, torch.Tensor] | None = None) -> tuple[AutogradGraph, dict[str, Any]]:
+    return trace(x, model, capture, names), {}
+
+
+@drawable(BackwardRecording, "a BackwardRecording (gv.record_backward)")
+def _recording(x: BackwardRecording, *_: Any) -> tuple[AutogradGraph, dict[str, Any]]:
+    return x.graph, {"recording": convert.recording(x)}
+
+
+@drawable(GraphDiff, "a GraphDiff (gv.diff)")
+def _diff(x: GraphDiff, *_: Any) -> tuple[AutogradGraph, dict[str, Any]]:
+    return x.merged(), {"diff": convert.diff(x)}
+
+
+@drawable(Diagnosis, "a Diagnosis (gv.doctor)")
+def _diagnosis(x: Diagnosis, *_: Any) -> tuple[AutogradGraph, dict[str, Any]]:
+    if x.graph is None:
+        raise GradvizError("this diagnosis has no graph to draw: the step ran no backward.")
+    return x.graph, {"findings": convert.findings(x), "overlay": convert.overlay(x)}
+
+
+@drawable(MemoryReport, "a MemoryReport (gv.memory_held)")
+def _memory(x: MemoryReport, *_: Any) -> tuple[AutogradGraph, dict[str, Any]]:
+    return x.graph, {"overlay": convert.overlay(x)}
+
+
+@drawable(GradCheck, "a GradCheck (gv.gradcheck)")
+def _gradcheck(x: GradCheck, *_: Any) -> tuple[AutogradGraph, dict[str, Any]]:
+    return x.graph, {"overlay": convert.overlay(x)}
+
+
+@source.register
+def _flow(x: GradientFlow, *_: Any) -> tuple[AutogradGraph, dict[str, Any]]:
+    # Not a drawable (so not in `accepted()`): it holds no graph, and the error says where it goes.
+    raise GradvizError("a GradientFlow holds no graph to draw it on: GraphWidget(loss, model=model, "
+                       "overlay=flow), or w.overlay = flow on a widget you have.")
 
 
 def build(

@@ -91,98 +91,121 @@ def _fits_top(hint: Any) -> Callable[[Any], bool]:
 _SIMPLE = (str, int, float, bool, type(None))
 
 
-@functools.cache
-def _checker(hint: Any) -> Checker:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    name = _hint_name(hint)
-    fits = _fits_top(hint)
+def _top(hint: Any) -> Callable[[Any, Any, list[str]], bool]:
+    """The outer-type test of ``hint`` that says what was expected when it fails."""
+    fits, name = _fits_top(hint), _hint_name(hint)
 
-    def top(value: Any, where: str, out: list[str]) -> bool:
+    def top(value: Any, where: Any, out: list[str]) -> bool:
         if fits(value):
             return True
         out.append(f"{_where(where)} must be {name}, got {given(value)}")
         return False
+    return top
 
-    if origin in (Union, types.UnionType):
-        arms = [(_fits_top(a), _checker(a), a in _SIMPLE or typing.get_origin(a) is Literal) for a in args]
 
-        def union(value: Any, where: str, out: list[str]) -> None:
-            matching = []
-            for arm_fits, check, simple in arms:
-                if arm_fits(value):
-                    if simple:
-                        return
-                    matching.append(check)
-            for check in matching:
-                found: list[str] = []
-                check(value, where, found)
-                if not found:
+def _union_checker(hint: Any) -> Checker:
+    args = typing.get_args(hint)
+    arms = [(_fits_top(a), _checker(a), a in _SIMPLE or typing.get_origin(a) is Literal) for a in args]
+
+    def union(value: Any, where: Any, out: list[str]) -> None:
+        matching = []
+        for arm_fits, check, simple in arms:
+            if arm_fits(value):
+                if simple:
                     return
-            if matching:  # right outer type, wrong inside: say what is wrong inside
-                matching[0](value, where, out)
-            else:
-                out.append(f"{_where(where)} must be {' or '.join(_hint_name(a) for a in args)}, got {given(value)}")
-        return union
+                matching.append(check)
+        for check in matching:
+            found: list[str] = []
+            check(value, where, found)
+            if not found:
+                return
+        if matching:  # right outer type, wrong inside: say what is wrong inside
+            matching[0](value, where, out)
+        else:
+            out.append(f"{_where(where)} must be {' or '.join(_hint_name(a) for a in args)}, got {given(value)}")
+    return union
+
+
+def _record_checker(hint: Any) -> Checker:
+    top, hints = _top(hint), typing.get_type_hints(hint)
+    # a plain field (str, int, ...) is tested inline; the checker runs only for the rest or on failure
+    fields = [(k, _checker(h), _fits_top(h) if h in _SIMPLE else None) for k, h in hints.items()]
+    required, known = frozenset(hint.__required_keys__), frozenset(hints)
+    has = f"(a {hint.__name__} has {', '.join(hints)})"
+
+    def record(value: Any, where: Any, out: list[str]) -> None:
+        if not top(value, where, out):
+            return
+        keys = value.keys()
+        if not (required <= keys and keys <= known):
+            missing, unknown = sorted(required - set(keys)), sorted(str(k) for k in keys if k not in known)
+            if missing:
+                out.append(f"{_where(where)} lacks {', '.join(missing)} {has}")
+            if unknown:
+                out.append(f"{_where(where)} has unknown field{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(repr(k) for k in unknown[:5])} {has}")
+        for key, check, simple in fields:
+            if key in value and (simple is None or not simple(value[key])):
+                check(value[key], (where, f".{key}"), out)
+    return record
+
+
+def _list_checker(hint: Any) -> Checker:
+    top, item = _top(hint), _checker(typing.get_args(hint)[0])
+
+    def items(value: Any, where: Any, out: list[str]) -> None:
+        if top(value, where, out):
+            for i, v in enumerate(value):
+                item(v, (where, i), out)
+                if len(out) >= MAX_PROBLEMS:
+                    return
+    return items
+
+
+def _dict_checker(hint: Any) -> Checker:
+    key_type, value_type = typing.get_args(hint)
+    top, key_check, value_check = _top(hint), _checker(key_type), _checker(value_type)
+
+    def entries(value: Any, where: Any, out: list[str]) -> None:
+        if top(value, where, out):
+            for k, v in value.items():
+                key_check(k, (where, f" key {given(k)}"), out)
+                value_check(v, (where, f"[{k!r}]"), out)
+                if len(out) >= MAX_PROBLEMS:
+                    return
+    return entries
+
+
+def _tuple_checker(hint: Any) -> Checker:
+    top, name, parts = _top(hint), _hint_name(hint), [_checker(a) for a in typing.get_args(hint)]
+
+    def pair(value: Any, where: Any, out: list[str]) -> None:
+        if not top(value, where, out):
+            return
+        if len(value) != len(parts):
+            out.append(f"{_where(where)} must have {len(parts)} items ({name}), got {given(value)}")
+            return
+        for i, (v, check) in enumerate(zip(value, parts, strict=True)):
+            check(v, (where, i), out)
+    return pair
+
+
+@functools.cache
+def _checker(hint: Any) -> Checker:
+    """``hint`` compiled into a checker (once per hint): by its kind, a union, a TypedDict, a container or
+    a plain type."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return _union_checker(hint)
     if typing.is_typeddict(hint):
-        hints = typing.get_type_hints(hint)
-        # a plain field (str, int, ...) is tested inline; the checker runs only for the rest or on failure
-        fields = [(k, _checker(h), _fits_top(h) if h in _SIMPLE else None) for k, h in hints.items()]
-        required = frozenset(hint.__required_keys__)
-        known = frozenset(hints)
+        return _record_checker(hint)
+    compound = {list: _list_checker, dict: _dict_checker, tuple: _tuple_checker}.get(origin)
+    if compound is not None:
+        return compound(hint)
+    top = _top(hint)
 
-        def record(value: Any, where: str, out: list[str]) -> None:
-            if not top(value, where, out):
-                return
-            keys = value.keys()
-            if not (required <= keys and keys <= known):
-                missing, unknown = sorted(required - set(keys)), sorted(str(k) for k in keys if k not in known)
-                if missing:
-                    out.append(f"{_where(where)} lacks {', '.join(missing)} (a {hint.__name__} has {', '.join(hints)})")
-                if unknown:
-                    out.append(f"{_where(where)} has unknown field{'s' if len(unknown) > 1 else ''} "
-                               f"{', '.join(repr(k) for k in unknown[:5])} (a {hint.__name__} has {', '.join(hints)})")
-            for key, check, simple in fields:
-                if key in value and (simple is None or not simple(value[key])):
-                    check(value[key], (where, f".{key}"), out)
-        return record
-    if origin is list:
-        item = _checker(args[0])
-
-        def items(value: Any, where: str, out: list[str]) -> None:
-            if top(value, where, out):
-                for i, v in enumerate(value):
-                    item(v, (where, i), out)
-                    if len(out) >= MAX_PROBLEMS:
-                        return
-        return items
-    if origin is dict:
-        key_check, value_check = _checker(args[0]), _checker(args[1])
-
-        def entries(value: Any, where: str, out: list[str]) -> None:
-            if top(value, where, out):
-                for k, v in value.items():
-                    key_check(k, (where, f" key {given(k)}"), out)
-                    value_check(v, (where, f"[{k!r}]"), out)
-                    if len(out) >= MAX_PROBLEMS:
-                        return
-        return entries
-    if origin is tuple:
-        parts = [_checker(a) for a in args]
-
-        def pair(value: Any, where: str, out: list[str]) -> None:
-            if not top(value, where, out):
-                return
-            if len(value) != len(parts):
-                out.append(f"{_where(where)} must have {len(parts)} items ({name}), got {given(value)}")
-                return
-            for i, (v, check) in enumerate(zip(value, parts, strict=True)):
-                check(v, (where, i), out)
-
-        return pair
-
-    def leaf(value: Any, where: str, out: list[str]) -> None:
-        if not fits(value):
-            out.append(f"{_where(where)} must be {name}, got {given(value)}")
+    def leaf(value: Any, where: Any, out: list[str]) -> None:
+        top(value, where, out)
     return leaf
 
 
@@ -218,7 +241,7 @@ def _page_dict(name: str, value: Any, typed: Any, sources: str) -> Any:
 
 def overlay(value: Any, graph: AutogradGraph | None) -> Any:
     """Trait ``overlay``: an overlay source (see ``convert.overlay``) or an ``Overlay`` dict."""
-    if isinstance(value, convert.OVERLAY_SOURCES):
+    if convert.is_overlay_source(value):
         return finite_json(convert.overlay(value, graph=graph))
     return _page_dict("overlay", value, contract.Overlay, convert.overlay_sources())
 
