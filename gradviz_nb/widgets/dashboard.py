@@ -23,7 +23,7 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.flow import GradientFlow, gradient_flow, layer_histograms
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.validate import boolean, module, not_meta
-from gradviz_nb.widgets.flow_charts import as_widget, chart_layers, flow_charts
+from gradviz_nb.widgets.flow_charts import as_widget, chart_layers, flow_charts, layer_numbers
 from gradviz_nb.widgets.graph_widget import GraphWidget
 from gradviz_nb.widgets.page.traits import convert_trait
 
@@ -163,8 +163,7 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
             lines = []
             for layer in layers[:6]:
                 m = self.flow.module(layer)
-                lines.append(f"{layer or '(top level)'} ({m.type}): L2 norm {m.norm:.6g}, max |g| {m.max_abs:.6g}, "
-                             f"zeros {m.zero_frac:.1%}, grad/weight {m.ratio:.4g}, "
+                lines.append(f"{layer or '(top level)'} ({m.type}): {layer_numbers(m)}, "
                              f"{m.n_with_grad}/{m.n_params} params with grad")
                 lines += [f"  [{f.kind}] {f.target}: {f.reason}" for f in self.flow.flags_for(layer)]
             text = "\n".join(lines)

@@ -163,7 +163,8 @@ def layer_rows(flow: GradientFlow) -> dict[str, list[Any]]:
     floor = 10 ** math.floor(math.log10(min(positive)) - 1) if positive else 1e-12
     _, labels = short_names([m.path for m in layers])
     keys = ("layer", "label", "norm", "right", "left", "max_abs", "mean", "zero_frac", "ratio", "nonfinite",
-            "params", "color", "hatch", "verdict", "flags", "norm_text", "state", "marker", "marker_alpha", "note")
+            "params", "color", "hatch", "verdict", "flags", "norm_text", "state", "marker", "marker_alpha", "note",
+            "max_abs_text", "mean_text", "zero_frac_text", "ratio_text")
     data: dict[str, list[Any]] = {k: [] for k in keys}
     for m, label in zip(layers, labels, strict=True):
         flags = flow.flags_for(m.path) if m.path else [f for f in flow.flags if "." not in f.target]
@@ -182,10 +183,33 @@ def layer_rows(flow: GradientFlow) -> dict[str, list[Any]]:
                "state": state, "marker": marker, "marker_alpha": 0.0 if state == "grad" else 1.0,
                "note": " · ".join(dict.fromkeys(t for t in (state_text, "" if verdict == "ok" else text)
                                                 if t and not (state == "none" and verdict == "no-grad")))
-               or ("no gradient (None)" if state == "none" else "")}
+               or ("no gradient (None)" if state == "none" else ""),
+               **stat_texts(m, state)}
         for k in keys:
             data[k].append(row[k])
     return data
+
+
+def stat_texts(m: ModuleStats, state: str) -> dict[str, str]:
+    """A layer's numbers as a reader sees them: "no gradient" where there is none (never "nan" or "nan%"),
+    and a grad/weight ratio over a zero weight (LoRA B at initialisation) said in words, not "Infinity"."""
+    if state == "none":
+        return dict.fromkeys(("max_abs_text", "mean_text", "zero_frac_text", "ratio_text"), "no gradient")
+    if math.isinf(m.ratio):
+        ratio = "no ratio: the weight is exactly zero"
+    else:
+        ratio = "n/a" if math.isnan(m.ratio) else f"{m.ratio:.4g}"
+    return {"max_abs_text": _fmt(m.max_abs), "mean_text": _fmt(m.mean),
+            "zero_frac_text": "n/a" if math.isnan(m.zero_frac) else f"{m.zero_frac:.2%}", "ratio_text": ratio}
+
+
+def layer_numbers(m: ModuleStats) -> str:
+    """One line of a layer's gradient numbers for text summaries: "no gradient" when none arrived."""
+    if m.n_with_grad == 0:
+        return "no gradient"
+    t = stat_texts(m, "grad")
+    return (f"L2 norm {_fmt(m.norm)}, max |g| {t['max_abs_text']}, zeros {t['zero_frac_text']}, "
+            f"grad/weight {t['ratio_text']}")
 
 
 def _verdict(m: ModuleStats, kinds: set[str]) -> str:
@@ -198,12 +222,11 @@ def _verdict(m: ModuleStats, kinds: set[str]) -> str:
 
 
 TIPS = [("layer", "@layer"), ("verdict", "@verdict"),
-        ("L2 norm", "@norm_text"), ("max |g|", "@max_abs{%0.6g}"), ("mean", "@mean{%0.6g}"),
-        ("zeros", "@zero_frac{0.00%}"), ("grad/weight", "@ratio{%0.4g}"), ("NaN/Inf", "@nonfinite"),
+        ("L2 norm", "@norm_text"), ("max |g|", "@max_abs_text"), ("mean", "@mean_text"),
+        ("zeros", "@zero_frac_text"), ("grad/weight", "@ratio_text"), ("NaN/Inf", "@nonfinite"),
         ("params", "@params"), ("why", "@flags")]
 SELECTION_STYLE: dict[str, Any] = dict(selection_fill_alpha=1.0, nonselection_fill_alpha=0.55,
                                        selection_line_color="#f2c200", selection_line_width=3)
-FORMATS: dict[str, Any] = {"@max_abs": "printf", "@mean": "printf", "@ratio": "printf"}
 NOTE_JS = "const d = source.data, i = d.label.indexOf(tick); return i < 0 ? '' : d.note[i];"
 
 
@@ -244,7 +267,7 @@ def norm_bars(flow: GradientFlow, source: ColumnDataSource | None = None, min_wi
     # fixed borders (title and subtitle above; axis and legend below) so a histogram beside it lines up
     fig.min_border_top, fig.min_border_bottom = 56, 64 + 24 * math.ceil(len(legend.items) / 4)
     fig.height = fig.min_border_top + _rows_height(len(labels)) + fig.min_border_bottom
-    fig.add_tools(HoverTool(renderers=[bars, marks], tooltips=TIPS, formatters=FORMATS))
+    fig.add_tools(HoverTool(renderers=[bars, marks], tooltips=TIPS))
     fig.xaxis.axis_label = "‖grad‖₂ (log scale)"
     fig.yaxis.major_label_text_font_size = "11px"
     _subtitle(fig, prefix)

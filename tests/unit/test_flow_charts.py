@@ -16,9 +16,11 @@ from gradviz_nb.probes.flow import Flag, layer_histograms
 from gradviz_nb.widgets.chart_theme import THEMES, follow_page_theme
 from gradviz_nb.widgets.flow_charts import (
     STATES,
+    TIPS,
     VERDICTS,
     _log_mapper_range,
     flow_charts,
+    layer_numbers,
     layer_rows,
     monitor_flag_rows,
     monitor_rows,
@@ -68,6 +70,30 @@ def test_zero_and_none_gradients_are_markers_not_bars() -> None:
     assert data["state"] == rows["state"] and data["marker"] == rows["marker"]
     labels = [item.label.value for item in fig.select_one({"type": Legend}).items]
     assert "exactly 0" in labels and "no gradient (None)" in labels
+
+
+def test_no_gradient_and_a_zero_weight_read_as_words_never_nan_or_infinity() -> None:
+    # Seen in review: the Dashboard's text said "L2 norm nan, zeros nan%" for a layer with no gradient, and the
+    # tooltip "grad/weight: Infinity" for a weight that is exactly zero (LoRA B at initialisation).
+    torch.manual_seed(0)
+    model = ThreeWays()
+    nn.init.zeros_(model.used.weight), nn.init.zeros_(model.used.bias)
+    model(torch.randn(5, 4)).pow(2).sum().backward()
+    flow = gv.gradient_flow(model)
+    assert math.isinf(flow.module("used").ratio) and flow.module("cut").n_with_grad == 0  # what the numbers are
+    rows = layer_rows(flow)
+    i = {layer: n for n, layer in enumerate(rows["layer"])}
+    assert rows["ratio_text"][i["used"]] == "no ratio: the weight is exactly zero"
+    assert {rows[k][i["cut"]] for k in ("max_abs_text", "mean_text", "zero_frac_text", "ratio_text")} == {
+        "no gradient"}
+    assert rows["zero_frac_text"][i["zeroed"]] == "100.00%"
+    texts = [str(v) for k, col in rows.items() if k.endswith("_text") for v in col]
+    assert not any("nan" in t.lower() or "inf" in t.lower() for t in texts), texts
+    assert layer_numbers(flow.module("cut")) == "no gradient"
+    assert layer_numbers(flow.module("zeroed")).startswith("L2 norm 0, max |g| 0, zeros 100.00%")
+    tips = dict(TIPS)
+    assert all(v.endswith("_text") or v in ("@layer", "@verdict", "@nonfinite", "@params", "@flags")
+               for v in tips.values()), tips
 
 
 def test_each_verdict_has_its_own_colour_hatch_and_word() -> None:
