@@ -1,0 +1,88 @@
+"""``python -m gradviz_nb.bugzoo.mutants --seed 0 --n 240 [--family F] [--host H] [--status PATH] [--save]``
+
+Prints the score per family and per host, then every miss: the doctor's findings next to the truth.
+``--status PATH`` writes the same as Markdown; ``--save`` (a full run only) writes ``results.json``,
+which the README's bug-zoo block reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gradviz_nb.bugzoo.mutants import FAMILIES
+from gradviz_nb.bugzoo.mutants.runner import Result, Run, run
+
+__all__ = ["main", "report"]
+
+
+def _names(names: set[str] | list[str], most: int = 6) -> str:
+    ordered = sorted(names)
+    return ", ".join(ordered[:most]) + (f" (+{len(ordered) - most} more)" if len(ordered) > most else "")
+
+
+def truth_text(r: Result) -> str:
+    by: dict[str, set[str]] = {}
+    for name in r.truth.affected:
+        by.setdefault(r.truth.statuses[name], set()).add(name)
+    return "; ".join(f"{s}: {_names(ns)}" for s, ns in sorted(by.items()))
+
+
+def _table(title: str, rows: dict[str, tuple[int, int]]) -> list[str]:
+    out = [f"| {title} | named | mutants | |", "|---|---|---|---|"]
+    for key, (named, total) in rows.items():
+        out.append(f"| {key} | {named} | {total} | {100 * named / total:.0f}% |")
+    return out
+
+
+def report(result: Run, args: str) -> str:
+    """The whole run as Markdown: score, per-family and per-host tables, discards, every miss."""
+    n = len(result.results)
+    lines = [f"# Mutants: `python -m gradviz_nb.bugzoo.mutants {args}`", "",
+             f"**Named {result.named}/{n} ({100 * result.named / max(n, 1):.1f}%)**; discarded: "
+             f"{len(result.no_effect)} with no effect in PyTorch, {len(result.loud)} whose step raises; "
+             f"{result.no_site} draws had no site; {result.seconds:.0f} s.", ""]
+    lines += [*_table("family", result.tally(lambda r: r.family)), ""]
+    lines += [*_table("host", result.tally(lambda r: r.host)), "", "## Misses", ""]
+    for r in result.results:
+        if r.score.named:
+            continue
+        lines += [f"- **#{r.index} {r.family}** on **{r.host}** (seed {r.seed}): `{r.truth.site}`",
+                  f"  - truth: {truth_text(r)}",
+                  f"  - doctor: {r.score.summary[:600]}"]
+        if r.score.missing:
+            lines.append(f"  - not covered by a {'/'.join(sorted(FAMILIES[r.family].kinds))} finding: "
+                         f"{_names(r.score.missing)}")
+        lines += [f"  - false: {x}" for x in r.score.false]
+    lines += ["", "## Discarded", ""] + [f"- no effect: {x}" for x in result.no_effect]
+    lines += [f"- loud: {x}" for x in result.loud]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m gradviz_nb.bugzoo.mutants")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n", type=int, default=240)
+    p.add_argument("--family")
+    p.add_argument("--host")
+    p.add_argument("--status", type=Path, help="write the Markdown report here too")
+    p.add_argument("--save", action="store_true", help="write results.json (full runs only)")
+    a = p.parse_args(argv)
+
+    def progress(r: Result) -> None:
+        print(f"{'ok  ' if r.score.named else 'MISS'} #{r.index} {r.family} on {r.host}: {r.truth.site}",
+              flush=True)
+
+    result = run(a.seed, a.n, a.family, a.host, progress)
+    text = report(result, " ".join(argv))
+    print(text)
+    if a.status is not None:
+        a.status.write_text(text, encoding="utf-8")
+    if a.save and a.family is None and a.host is None:
+        result.save()
+    return 0 if result.named == len(result.results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

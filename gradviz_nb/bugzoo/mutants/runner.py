@@ -1,0 +1,88 @@
+"""Draw mutants from a seed, measure their truth, run the doctor, and tally the score."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from random import Random
+
+from gradviz_nb.bugzoo.mutants import FAMILIES, HOSTS
+from gradviz_nb.bugzoo.mutants.score import Score, judge, run_doctor
+from gradviz_nb.bugzoo.mutants.truth import Truth, measure
+
+__all__ = ["RESULTS", "Result", "Run", "run"]
+
+RESULTS = Path(__file__).with_name("results.json")
+
+
+@dataclass
+class Result:
+    index: int
+    family: str
+    host: str
+    seed: int
+    truth: Truth
+    score: Score
+
+
+@dataclass
+class Run:
+    seed: int
+    results: list[Result] = field(default_factory=list)
+    no_effect: list[str] = field(default_factory=list)  # mutants whose truth shows nothing: discarded
+    loud: list[str] = field(default_factory=list)  # mutants whose step raises: discarded (not silent)
+    no_site: int = 0
+    seconds: float = 0.0
+
+    def tally(self, key: Callable[[Result], str]) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for r in self.results:
+            named, total = out.get(key(r), (0, 0))
+            out[key(r)] = (named + r.score.named, total + 1)
+        return dict(sorted(out.items()))
+
+    @property
+    def named(self) -> int:
+        return sum(r.score.named for r in self.results)
+
+    def summary(self) -> dict[str, object]:
+        """What the README block and the test compare: counts only."""
+        return {"seed": self.seed, "mutants": len(self.results), "named": self.named,
+                "discarded_no_effect": len(self.no_effect), "discarded_loud": len(self.loud),
+                "families": {k: list(v) for k, v in self.tally(lambda r: r.family).items()},
+                "hosts": {k: list(v) for k, v in self.tally(lambda r: r.host).items()}}
+
+    def save(self, path: Path = RESULTS) -> None:
+        path.write_text(json.dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
+
+
+def run(seed: int, n: int, family: str | None = None, host: str | None = None,
+        progress: Callable[[Result], None] | None = None) -> Run:
+    """Draw mutants until ``n`` have an effect (at most ``4 n`` draws), each scored against the doctor."""
+    fams = [f for f in FAMILIES.values() if family in (None, f.name)]
+    hosts = [h for h in HOSTS if host in (None, h)]
+    out = Run(seed)
+    t0 = time.perf_counter()
+    for i in range(4 * n):
+        if len(out.results) >= n:
+            break
+        rng = Random(seed * 1_000_003 + i)
+        fam, host_name, mseed = fams[i % len(fams)], rng.choice(hosts), rng.randrange(2**31)
+        truth = measure(fam, host_name, mseed)
+        label = f"#{i} {fam.name} on {host_name} (seed {mseed})"
+        if truth is None:
+            out.no_site += 1
+        elif truth.error:
+            out.loud.append(f"{label}: {truth.site}: {truth.error}")
+        elif not truth.affected:
+            out.no_effect.append(f"{label}: {truth.site}")
+        else:
+            result = Result(i, fam.name, host_name, mseed, truth, judge(fam, truth, run_doctor(fam, host_name, mseed)))
+            out.results.append(result)
+            if progress is not None:
+                progress(result)
+    out.seconds = time.perf_counter() - t0
+    return out

@@ -1,0 +1,158 @@
+"""The truth about a mutant, from PyTorch alone: run it and its unmutated host from the same seed.
+
+Both runs build the host from the same torch seed, apply the family's ``prepare`` alike, run two real
+steps from the same RNG state, and record each parameter's ``.grad`` and value after each step (the
+parameter *object* the host built, found by its name there, so a re-created or unregistered parameter
+is still followed). Each parameter then gets a status against the host:
+
+``none`` (the host had a gradient, the mutant ``None``), ``zero`` (exactly zero where the host's was
+not), ``vanished`` (under 1e-6 of the host's norm), ``scaled`` (the host's gradient times a factor),
+``stuck`` (same gradient, the host's moved and the mutant's did not), ``update`` (same gradient, moved
+differently), ``changed`` (any other difference) or ``same``. A parameter the host does not have (a
+module the mutant added) is ``none`` when it got no gradient.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from random import Random
+
+import torch
+from torch import Tensor, nn
+
+from gradviz_nb.bugzoo.mutants.family import Family
+from gradviz_nb.bugzoo.mutants.hosts import HOSTS
+from gradviz_nb.bugzoo.mutants.plan import Plan, Setup, Site, build, probe_sites
+
+__all__ = ["Built", "Truth", "make", "measure"]
+
+TORCH_SEED = 0
+_SITES: dict[str, list[Site]] = {}
+
+
+@dataclass
+class Built:
+    """A built run: its setup, the host's name of every original parameter, what the mutation did."""
+
+    setup: Setup
+    names: dict[str, nn.Parameter]
+    aliases: dict[str, str]
+    site: str
+
+
+def _sites(host_name: str) -> list[Site]:
+    if host_name not in _SITES:
+        torch.manual_seed(TORCH_SEED)
+        _SITES[host_name] = probe_sites(HOSTS[host_name]())
+    return _SITES[host_name]
+
+
+def make(fam: Family, host_name: str, seed: int, mutate: bool) -> Built | None:
+    """The host (``mutate=False``) or the mutant; ``None`` when the family has no site on this host."""
+    sites = _sites(host_name)
+    torch.manual_seed(TORCH_SEED)
+    host = HOSTS[host_name]()
+    plan = Plan(host, list(host.model.parameters()))
+    names = dict(host.model.named_parameters())
+    aliases = {alias: n for alias, p in host.model.named_parameters(remove_duplicate=False)
+               for n, q in names.items() if p is q}
+    if fam.prepare is not None:
+        fam.prepare(plan, Random(seed))
+    site = ""
+    if mutate:
+        done = fam.apply(plan, Random(seed), sites)
+        if done is None:
+            return None
+        site = done
+    return Built(build(plan), names, aliases, site)
+
+
+Record = dict[str, tuple[Tensor | None, Tensor]]
+
+
+def _run(built: Built, steps: int) -> tuple[Record, list[Record]]:
+    def record(params: dict[str, nn.Parameter]) -> Record:
+        return {n: (None if p.grad is None else p.grad.detach().clone(), p.detach().clone())
+                for n, p in params.items()}
+
+    params = dict(built.names)
+    known = {id(p) for p in params.values()}
+    params.update({n: p for n, p in built.setup.model.named_parameters() if id(p) not in known})
+    start = record(params)
+    out = []
+    torch.manual_seed(TORCH_SEED + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(steps):
+            built.setup.step()
+            out.append(record(params))
+    return start, out
+
+
+def _close(a: Tensor, b: Tensor) -> bool:
+    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-4, atol=1e-7 * float(b.abs().max()) + 1e-12))
+
+
+def status(mut: tuple[Tensor | None, Tensor], host: tuple[Tensor | None, Tensor] | None,
+           start_m: Tensor, start_h: Tensor | None) -> str:
+    """One parameter's status after one step (see the module's docstring)."""
+    g_m, v_m = mut
+    if host is None:
+        return "none" if g_m is None else "same"
+    g_h, v_h = host
+    if g_h is None:
+        return "same" if g_m is None else "changed"
+    if g_m is None:
+        return "none"
+    if not bool(g_h.eq(0).all()) and bool(g_m.eq(0).all()):
+        return "zero"
+    norm_h, norm_m = float(g_h.double().norm()), float(g_m.double().norm())
+    if norm_h > 0 and norm_m <= 1e-6 * norm_h:
+        return "vanished"
+    if _close(g_m, g_h):
+        moved_h = start_h is not None and not torch.equal(v_h, start_h)
+        if moved_h and torch.equal(v_m, start_m):
+            return "stuck"
+        return "same" if _close(v_m, v_h) else "update"
+    c = float((g_m.double() * g_h.double()).sum()) / (norm_h**2) if norm_h > 0 else 0.0
+    if abs(c - 1) > 1e-2 and _close(g_m, (c * g_h.double()).to(g_m.dtype)):
+        return "scaled"
+    return "changed"
+
+
+@dataclass
+class Truth:
+    """``statuses``: each parameter's status (after step 2 for a late family, else step 1);
+    ``affected``: those whose status is one of the family's effects; ``error``: the mutant's step raised."""
+
+    site: str
+    statuses: dict[str, str] = field(default_factory=dict)
+    affected: set[str] = field(default_factory=set)
+    universe: set[str] = field(default_factory=set)
+    aliases: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+def measure(fam: Family, host_name: str, seed: int) -> Truth | None:
+    """The mutant's truth against its host, or ``None`` when the family has no site on this host."""
+    mutant = make(fam, host_name, seed, True)
+    if mutant is None:
+        return None
+    reference = make(fam, host_name, seed, False)
+    assert reference is not None
+    truth = Truth(mutant.site, aliases=mutant.aliases)
+    start_h, host = _run(reference, 2)
+    try:
+        start_m, mut = _run(mutant, 2)
+    except Exception as err:  # a loud bug (the step raises) is not a silent one: discarded, with the reason
+        truth.error = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+        return truth
+    at = 1 if fam.late else 0
+    for name in mut[at]:
+        s = status(mut[at][name], host[at].get(name), start_m[name][1], start_h[name][1] if name in start_h else None)
+        truth.statuses[name] = s
+        truth.universe.add(name)
+        if s in fam.effects:
+            truth.affected.add(name)
+    return truth
