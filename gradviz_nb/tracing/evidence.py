@@ -68,7 +68,8 @@ class Evidence:
     cut: list[str] = field(default_factory=list)
     shape: list[int] = field(default_factory=list)
     hook: str = ""  # a tensor hook's name
-    via: str = ""  # reentrant checkpoint: the user line that called checkpoint(...)
+    via: str = ""  # reentrant checkpoint: the line calling checkpoint(...); left-graph: where a new tensor came in
+    targets: list[Any] = field(default_factory=list)  # a detach: the ops that used the detached value again
     _stats: Any = None  # saturating op: tensor [saturated count, derivative sum, numel]; hook: [in, out] norms
 
     @property

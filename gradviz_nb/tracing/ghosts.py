@@ -249,7 +249,8 @@ class ForwardObserver(TorchFunctionMode):
             cut = {id(source)}
         ghost.cut = [name for key, name in self._param_names.items() if key in cut]
         self.ghosts.append(ghost)
-        self._event("data-access" if label == ".data" else "detached", label, cut=ghost.cut, shape=ghost.shape)
+        self._event("data-access" if label == ".data" else "detached", label, cut=ghost.cut, shape=ghost.shape,
+                    targets=ghost.target_seqs)
         return ghost
 
     # -- evidence (tracing/evidence.py) ---------------------------------------------------------------------
@@ -293,7 +294,8 @@ class ForwardObserver(TorchFunctionMode):
             self._left = self._event("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
                                      cut=self._cut_names(first), shape=list(first.shape))
         elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor):
-            self._event("entered", f"torch.{name}(...)", shape=list(out.shape))
+            entered = self._event("entered", f"torch.{name}(...)", shape=list(out.shape))
+            self._left.via = entered.line
             self._left = None
 
     def _measure_hook(self, args: Any) -> Any:

@@ -1,0 +1,229 @@
+"""``gv.why``: why one parameter's gradient is missing, zero, tiny or scaled, from evidence.
+
+It reads what was measured (the parameter's ``.grad``), the traced graph and the capture's forward record
+(:mod:`gradviz_nb.tracing.evidence`), and walks from the parameter towards the loss; the first cause found
+is named with its op, source line, module and measured numbers (:mod:`gradviz_nb.probes.causes`).
+``Why.prove()`` re-runs the forward and backward with the fix applied, in the sandbox
+(:mod:`gradviz_nb.doctor.why_prove`).
+
+Sources: a :class:`~gradviz_nb.doctor.Diagnosis` (what ``gv.doctor`` saw), an
+:class:`~gradviz_nb.tracing.AutogradGraph` (``gv.trace``, evidence from its ``gv.capture``), a loss tensor, or
+a model with ``fn`` (a function returning the loss: run once in the sandbox, fully observed, and provable).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.kinds import Kind
+from gradviz_nb.probes.causes import Cause, events_from_ghosts, explain, grad_status
+from gradviz_nb.probes.no_grad import adapter_switch_reasons
+from gradviz_nb.probes.sandbox import sandbox
+from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
+from gradviz_nb.tracing.capture import recent_evidence
+from gradviz_nb.tracing.evidence import Evidence
+
+if TYPE_CHECKING:
+    from gradviz_nb.doctor.findings import Diagnosis
+    from gradviz_nb.doctor.why_prove import Proof
+
+__all__ = ["Why", "remember", "why"]
+
+STATUSES = ("ok", "none", "zero", "tiny", "scaled")
+
+
+@dataclass
+class Why:
+    """The answer for one parameter: ``status`` (what was measured: ``"ok"``, ``"none"``, ``"zero"``,
+    ``"tiny"``, ``"scaled"``), ``kind`` (a :data:`gradviz_nb.kinds.Kind`, None when nothing is wrong or the
+    zero is expected), ``cause`` (the first cause, with op, line and module), ``evidence`` (what was
+    observed, with numbers), ``fix``, ``node`` (the graph node to show it on, or ``""``)."""
+
+    name: str
+    status: str
+    kind: Kind | None
+    cause: str
+    evidence: str
+    fix: str
+    node: str = ""
+    _event: Evidence | None = field(default=None, repr=False)
+    _hook: Any = field(default=None, repr=False)
+    _model: Callable[[], nn.Module | None] = field(default=lambda: None, repr=False)
+    _fn: Callable[[], Any] | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "kind": self.kind, "cause": self.cause,
+                "evidence": self.evidence, "fix": self.fix, "node": self.node}
+
+    def text(self) -> str:
+        head = f"{self.name}: gradient {self.status}" + (f" [{self.kind}]" if self.kind else "")
+        return f"{head}\n  cause: {self.cause}\n  seen: {self.evidence}\n  fix: {self.fix}"
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.text())
+
+    def prove(self, fn: Callable[[], Any] | None = None, model: nn.Module | None = None) -> Proof:
+        """Re-run forward and backward with the fix applied (inside the sandbox: the model, its ``.grad``
+        and the RNG end as they were) and measure the gradient; says so where no fix is mechanical.
+        ``fn`` (a function returning the loss) and ``model`` default to the ones ``gv.why`` was given."""
+        from gradviz_nb.doctor.why_prove import prove
+
+        return prove(self, fn if fn is not None else self._fn, model if model is not None else self._model())
+
+
+# What gv.doctor explained, by the graph its Diagnosis holds (the doctor's capture is gone by then).
+_REMEMBERED: weakref.WeakKeyDictionary[AutogradGraph, dict[str, Why]] = weakref.WeakKeyDictionary()
+
+
+def remember(graph: AutogradGraph | None, answer: Why) -> None:
+    if graph is not None:
+        _REMEMBERED.setdefault(graph, {})[answer.name] = answer
+
+
+def _from_cause(name: str, c: Cause, model: nn.Module | None, fn: Callable[[], Any] | None) -> Why:
+    ref: Callable[[], nn.Module | None] = weakref.ref(model) if model is not None else (lambda: None)
+    return Why(name, c.status, c.kind, c.cause, c.evidence, c.fix, c.node, c.event, c.hook, ref, fn)
+
+
+def _graph_events(graph: AutogradGraph, cap: Capture | None) -> list[Evidence]:
+    if cap is not None:
+        return cap.evidence
+    seqs = [int(d["seq"]) for _, d in graph.nx.nodes(data=True) if d.get("kind") == "op" and d.get("seq", -1) >= 0]
+    return recent_evidence(seqs) or events_from_ghosts(graph)
+
+
+def _param(graph: AutogradGraph | None, model: nn.Module | None, name: str) -> torch.Tensor | None:
+    if model is not None:
+        named = dict(model.named_parameters(remove_duplicate=False))
+        if name in named:
+            return named[name]
+    if graph is not None:
+        node = graph.leaves().get(name)
+        ref = graph.tensors.get(node) if node is not None else None
+        return ref() if ref is not None else None
+    return None
+
+
+def _unused(model: nn.Module | None, name: str, cap: Capture | None) -> str:
+    from gradviz_nb.probes.no_grad import _module_seen
+
+    module = name.rsplit(".", 1)[0] if "." in name else ""
+    return _module_seen(module, cap) if model is not None else ""
+
+
+def analyse(name: str, *, graph: AutogradGraph | None, model: nn.Module | None, cap: Capture | None,
+            events: list[Evidence] | None = None, fn: Callable[[], Any] | None = None,
+            status: tuple[str, str] | None = None) -> Why:
+    """The Why of one parameter from what is at hand (the doctor calls this with its step's record)."""
+    p = _param(graph, model, name)
+    measured = status or grad_status(p)
+    evs = events if events is not None else (_graph_events(graph, cap) if graph is not None else
+                                             (cap.evidence if cap is not None else []))
+    c = explain(name, measured[0], measured[1], graph=graph, events=evs, model=model, param=p,
+                adapters=adapter_switch_reasons(model) if model is not None else {},
+                unused=_unused(model, name, cap))
+    return _from_cause(name, c, model, fn)
+
+
+def why(source: Any, name: str, *, fn: Callable[[], Any] | None = None, capture: Capture | None = None) -> Why:
+    """Why ``name``'s gradient is missing, zero, tiny or scaled: the first cause, with its evidence.
+
+    ``source``: a :class:`~gradviz_nb.doctor.Diagnosis` from ``gv.doctor``; an
+    :class:`~gradviz_nb.tracing.AutogradGraph` from ``gv.trace`` (with the forward under ``gv.capture``, the
+    capture's evidence is found by itself, or pass ``capture=``); a loss tensor; or the model, with ``fn``
+    returning the loss (run once in the sandbox, the model left as it was). Example::
+
+        with gv.capture(model) as cap:
+            loss = criterion(model(x), y)
+        loss.backward()
+        w = gv.why(gv.trace(loss, model=model, capture=cap), "fc1.weight")
+        w.status, w.kind, w.cause     # "none", "left-graph", "its value left the graph through .item() at ..."
+        gv.why(model, "fc1.weight", fn=lambda: criterion(model(x), y)).prove()
+    """
+    if not isinstance(name, str) or not name:
+        raise GradvizError(f"name must be a parameter name (a non-empty str), got {name!r}.")
+    if fn is not None and not callable(fn):
+        raise GradvizError(f"fn must be a function returning the loss, got {type(fn).__name__}.")
+    if capture is not None and not isinstance(capture, Capture):
+        raise GradvizError(f"capture must be a gv.Capture (from gv.capture(model)), got {type(capture).__name__}.")
+    from gradviz_nb.doctor.findings import Diagnosis
+
+    if isinstance(source, Diagnosis):
+        return _from_diagnosis(source, name)
+    if isinstance(source, AutogradGraph):
+        _known(name, source.leaves(), None)
+        return analyse(name, graph=source, model=capture.model if capture is not None else None, cap=capture)
+    if isinstance(source, nn.Module):
+        if fn is None:
+            raise GradvizError("gv.why(model, name) needs fn=, a function returning the loss (it runs once, in "
+                               "the sandbox); or pass the graph (gv.trace) or the Diagnosis (gv.doctor).")
+        _known(name, {}, source)
+        return _observed(source, name, fn)
+    if isinstance(source, torch.Tensor):
+        if source.grad_fn is None:
+            raise GradvizError("the tensor has no grad_fn: pass the loss (before backward frees nothing: the "
+                               "graph is read, not run), a gv.trace graph, a Diagnosis or a model with fn=.")
+        graph = trace(source, model=capture.model if capture is not None else None, capture=capture)
+        _known(name, graph.leaves(), None)
+        return analyse(name, graph=graph, model=capture.model if capture is not None else None, cap=capture)
+    raise GradvizError(f"gv.why explains a Diagnosis, an AutogradGraph, a loss tensor or a model (with fn=), got "
+                       f"{type(source).__name__}.")
+
+
+def _known(name: str, leaves: dict[str, str], model: nn.Module | None) -> None:
+    names = list(leaves) + ([n for n, _ in model.named_parameters(remove_duplicate=False)] if model else [])
+    if name in names:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=3)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else (
+        "; it is not a leaf of this graph (a parameter the loss never reached has no node: pass the Diagnosis or "
+        "the model with fn= to ask about it)" if leaves else "")
+    raise GradvizError(f"no parameter named {name!r}{hint}")
+
+
+def _from_diagnosis(dx: Diagnosis, name: str) -> Why:
+    known = _REMEMBERED.get(dx.graph, {}) if dx.graph is not None else {}
+    if name in known:
+        return known[name]
+    finding = next((f for f in dx.findings if f.target == name or name.startswith(f.target + ".")), None)
+    if finding is not None:
+        return Why(name, "none" if finding.kind in ("frozen", "unused-parameter", "no-grad") else "zero",
+                   finding.kind, finding.message, finding.evidence, finding.fix, finding.node)
+    if dx.graph is None:
+        return Why(name, "ok", None, "the doctor found nothing about it", "no backward ran in the observed steps",
+                   "nothing to fix")
+    leaf = dx.graph.leaves().get(name)
+    if leaf is not None:
+        return Why(name, "ok", None, "the doctor found nothing about it",
+                   f"{name} is leaf {leaf} of the step's graph and was not flagged", "nothing to fix", leaf)
+    return Why(name, "ok", None, "the doctor found nothing about it", f"{name} is not in the step's graph and was "
+               "not flagged (not a trainable parameter of the model the doctor watched?)", "nothing to fix")
+
+
+def _observed(model: nn.Module, name: str, fn: Callable[[], Any]) -> Why:
+    """Run ``fn`` once under capture in the sandbox, backward, and explain with everything observed."""
+    p = dict(model.named_parameters(remove_duplicate=False))[name]
+    with sandbox(model):
+        for q in model.parameters():
+            q.grad = None
+        with capture(model) as cap:
+            loss = fn()
+        if not isinstance(loss, torch.Tensor):
+            raise GradvizError(f"fn must return the loss tensor, got {type(loss).__name__}.")
+        graph = trace(loss, model=model, capture=cap) if loss.grad_fn is not None else None
+        if loss.requires_grad:
+            loss.backward(torch.ones_like(loss))  # type: ignore[no-untyped-call]
+        status = grad_status(p)
+        return analyse(name, graph=graph, model=model, cap=cap, fn=fn, status=status)

@@ -1,0 +1,363 @@
+"""The first cause of a missing, zero or tiny gradient, read from evidence: the traced graph and the
+capture's forward record (:mod:`gradviz_nb.tracing.evidence`).
+
+Walking from the parameter towards the loss, the first thing that explains the measured gradient wins:
+
+- not in the graph (``.grad`` None): frozen (``requires_grad=False``, or a frozen parent module), an adapter
+  its library switched off, then the first recorded cut whose upstream parameters include it, in forward
+  order (``detach()``, ``.data``, a value that left the graph through ``.item()``/``.tolist()``/numpy/an
+  integer cast, a comparison, a use under ``torch.no_grad()``, a reentrant checkpoint's no-grad forward),
+  then the module that never ran;
+- in the graph with a zero or tiny gradient: a hook measured returning less than it received, a node on
+  every path to the loss whose derivative is zero (``round``, ``sign``, ...; a saturated ReLU/clamp), a
+  custom ``autograd.Function`` on every path, the most saturated activation on its paths, a hook on the
+  parameter itself;
+- expected zeros (a LoRA ``A`` whose ``B`` is still all zero) are explained, not flagged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import torch
+from torch import nn
+
+from gradviz_nb.kinds import Kind, fix_for
+from gradviz_nb.tracing import AutogradGraph
+from gradviz_nb.tracing.evidence import Evidence
+
+__all__ = ["CUT_KINDS", "Cause", "events_from_ghosts", "explain", "first_cut", "grad_status"]
+
+TINY = 1e-6  # |grad| / |weight| below this is "tiny": an update of a millionth of the weight at lr 1
+CUT_KINDS = ("detached", "data-access", "left-graph", "zero-derivative", "no-grad", "reentrant-checkpoint")
+ZERO_OPS = {"RoundBackward0", "SignBackward0", "SgnBackward0", "FloorBackward0", "CeilBackward0", "TruncBackward0"}
+# Python-level nodes torch itself makes (not a user's autograd.Function)
+TORCH_PY_NODES = {"CheckpointFunctionBackward", "BackwardHookFunctionBackward", "CompiledFunctionBackward",
+                  "RegisterPostBackwardFunctionBackward", "_DDPSinkBackward", "RedistributeBackward"}
+_NATIVE = re.compile(r"Backward\d+$")
+
+
+@dataclass(frozen=True)
+class Cause:
+    """``kind`` None: nothing is wrong (or the zero is expected); ``event``: the recorded forward evidence
+    behind it (for prove())."""
+
+    status: str
+    kind: Kind | None
+    cause: str
+    evidence: str
+    fix: str
+    node: str = ""
+    event: Evidence | None = None
+    hook: Any = None  # hook-zeroed: the live hook object found on the parameter or module
+
+
+def grad_status(p: torch.Tensor | None) -> tuple[str, str]:
+    """("none" | "zero" | "tiny" | "ok", the measured numbers)."""
+    if p is None:
+        return "none", "the parameter could not be read"
+    g = p.grad
+    if g is None:
+        return "none", ".grad is None"
+    with torch.no_grad():
+        g64 = (g.to_dense() if g.is_sparse else g).detach().double()
+        norm, w = float(g64.norm()), float(p.detach().double().norm())
+    if norm == 0:
+        return "zero", f"every one of its {g.numel():,} gradient values is exactly 0"
+    ratio = norm / w if w else float("inf")
+    if ratio < TINY:
+        return "tiny", f"|grad| = {norm:.3g} against |weight| = {w:.3g} (ratio {ratio:.2g})"
+    return "ok", f"|grad| = {norm:.3g} (|grad|/|weight| = {ratio:.3g})"
+
+
+def _place(e: Evidence) -> str:
+    where = f" in module {e.where!r}" if e.where else " at the model's top level"
+    return f"{e.line or 'an unknown line'}{where}"
+
+
+def events_from_ghosts(graph: AutogradGraph | None) -> list[Evidence]:
+    """A saved or loaded graph's recorded detaches as evidence (no capture at hand)."""
+    ghosts = graph.nx.graph.get("ghosts", []) if graph is not None else []
+    return [Evidence("data-access" if gh["label"] == ".data" else "detached", gh["label"], gh["where"], gh["line"],
+                     i, cut=list(gh.get("cut", [])), shape=list(gh["shape"]), targets=list(gh["targets"]))
+            for i, gh in enumerate(ghosts) if gh["kind"] == "detached" and gh["targets"]]
+
+
+def first_cut(events: Sequence[Evidence], names: Iterable[str]) -> Evidence | None:
+    """The first recorded cut (forward order) whose upstream parameters include one of ``names``."""
+    wanted = set(names)
+    return next((e for e in events if e.kind in CUT_KINDS and wanted & set(e.cut)), None)
+
+
+def _entered_after(events: Sequence[Evidence], left: Evidence) -> Evidence | None:
+    return next((e for e in events if e.order > left.order and e.kind == "entered"), None)
+
+
+def cut_cause(status: str, name: str, e: Evidence, events: Sequence[Evidence], node: str = "") -> Cause:
+    """A recorded cut, worded with its op, line, module."""
+    at = _place(e)
+    kind: Kind
+    if e.kind == "left-graph":
+        back = _entered_after(events, e)
+        came = (f"; it came back as a new tensor through {back.op} at {_place(back)}, which has no gradient "
+                "path to the parameter") if back is not None else ""
+        kind, cause = "left-graph", f"its value left the graph through {e.op} at {at}"
+        evidence = (f"gv.capture saw {e.op} at {e.line} turn a tensor {e.shape} computed from {name} into a "
+                    f"Python value (or an integer tensor) that autograd cannot follow{came}")
+    elif e.kind == "zero-derivative":
+        kind, cause = "zero-derivative", f"a comparison ({e.op}) at {at} is all its path carries to the loss"
+        evidence = (f"gv.capture saw {e.op} at {e.line} take a tensor {e.shape} computed from {name}; its result is "
+                    "a boolean/integer tensor, whose derivative is zero (autograd does not track it)")
+    elif e.kind == "no-grad":
+        kind, cause = "no-grad", f"it was used under torch.no_grad() at {at}"
+        evidence = (f"gv.capture saw {name} used by an op at {e.line} while grad mode was off, and no op with "
+                    "grad enabled used it")
+    elif e.kind == "reentrant-checkpoint":
+        kind = "reentrant-checkpoint"
+        cause = f"a reentrant checkpoint (called at {e.via}) ran its module {e.where!r} without gradient tracking"
+        evidence = (f"gv.capture saw {name} used at {e.line} inside torch.utils.checkpoint's reentrant forward "
+                    "(run under no_grad); none of the checkpoint's inputs required grad, so PyTorch made no "
+                    "backward node for it and its inner parameters get no gradient")
+    else:
+        kind = "data-access" if e.kind == "data-access" else "detached"
+        cause = f"its path to the loss was cut by the {e.op} at {at}"
+        evidence = (f"gv.capture saw {e.op} at {e.line} applied to a tensor {e.shape} computed from {name}, and the "
+                    "result used again by the loss")
+    return Cause(status, kind, cause, evidence, fix_for(kind), node, e)
+
+
+# -- in the graph: blockers on the paths to the loss -------------------------------------------------------
+
+
+def _reach(g: nx.DiGraph, leaf: str, roots: list[str], removed: set[str]) -> bool:
+    """Does ``leaf`` still reach a root with ``removed`` nodes taken out?"""
+    seen, stack = {leaf}, [leaf]
+    targets = set(roots)
+    while stack:
+        for nxt in g.successors(stack.pop()):
+            if nxt in targets:
+                return True
+            if nxt not in seen and nxt not in removed:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
+def _distances(g: nx.DiGraph, leaf: str) -> dict[str, int]:
+    return dict(nx.single_source_shortest_path_length(g, leaf))
+
+
+def _custom(attrs: dict[str, Any]) -> bool:
+    op = str(attrs.get("op", ""))
+    return (attrs.get("kind") == "op" and op.endswith("Backward") and not _NATIVE.search(op)
+            and op not in TORCH_PY_NODES and not attrs.get("compiled") and not attrs.get("distributed"))
+
+
+@dataclass(frozen=True)
+class _Blocker:
+    node: str
+    kind: Kind
+    event: Evidence | None
+
+
+def _blockers(graph: AutogradGraph, dist: dict[str, int], events: Sequence[Evidence], status: str) -> list[_Blocker]:
+    """Nodes on the leaf's paths that can zero its gradient, nearest to the parameter first."""
+    g = graph.nx
+    by_seq: dict[int, list[Evidence]] = {}
+    for e in events:
+        if e.seq is not None:
+            by_seq.setdefault(e.seq, []).append(e)
+    out: list[_Blocker] = []
+    for n in dist:
+        attrs = g.nodes[n]
+        evs = by_seq.get(attrs.get("seq", -1), []) if attrs.get("kind") == "op" else []
+        hook = next((e for e in evs if e.kind == "hook" and _zeroed(e)), None)
+        sat = next((e for e in evs if e.kind == "saturated"), None)
+        if hook is not None:
+            out.append(_Blocker(n, "hook-zeroed", hook))
+        elif attrs.get("op") in ZERO_OPS:
+            out.append(_Blocker(n, "zero-derivative", next((e for e in evs if e.kind == "zero-derivative"), None)))
+        elif sat is not None and sat.numbers.get("fraction", 0.0) >= 1.0 and status != "none":
+            out.append(_Blocker(n, "saturated", sat))
+        elif _custom(attrs):
+            out.append(_Blocker(n, "custom-backward", None))
+    return sorted(out, key=lambda b: dist[b.node])
+
+
+def _zeroed(e: Evidence) -> bool:
+    nums = e.numbers
+    return bool(nums) and nums["grad_in"] > 0 and nums["grad_out"] < nums["grad_in"] * TINY
+
+
+def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: Sequence[Evidence],
+              p: torch.Tensor | None) -> Cause | None:
+    g = graph.nx
+    dist = _distances(g, leaf)
+    leaf_hook = next((e for e in events if e.kind == "hook" and name in e.cut and _zeroed(e)), None)
+    if leaf_hook is not None:
+        return _hook_cause(status, name, leaf_hook, leaf)
+    blockers = _blockers(graph, dist, events, status)
+    removed = {b.node for b in blockers}
+    if blockers and status in ("none", "zero") and not _reach(g, leaf, graph.roots, removed):
+        # the nearest one whose removal alone... the nearest blocker every remaining path passes
+        first = next((b for b in blockers if not _reach(g, leaf, graph.roots, {b.node})), blockers[0])
+        return _blocker_cause(status, name, graph, first, len(blockers))
+    if status == "tiny":
+        sat = _most_saturated(dist, events, graph)
+        if sat is not None:
+            return _saturated(status, name, sat[0], sat[1], graph)
+    hook = _live_hooks(p)
+    if hook is not None and status in ("zero", "tiny"):
+        return Cause(status, "hook-zeroed", f"a hook on {name} ({hook[0]}) leaves it {status}",
+                     f"{name} carries the tensor hook {hook[0]}, and nothing on its {len(dist) - 1} nodes to the "
+                     "loss has a zero derivative", fix_for("hook-zeroed"), leaf, hook=hook[1])
+    return None
+
+
+def _live_hooks(p: torch.Tensor | None) -> tuple[str, Any] | None:
+    from gradviz_nb.tracing.evidence import hook_name
+
+    hooks = getattr(p, "_backward_hooks", None) or {}
+    for hook in hooks.values():
+        return hook_name(getattr(hook, "__wrapped__", hook)), hook
+    return None
+
+
+def _hook_cause(status: str, name: str, e: Evidence, node: str) -> Cause:
+    nums = e.numbers
+    return Cause(status, "hook-zeroed", f"the hook {e.hook} registered at {_place(e)} returned a zero gradient",
+                 f"measured in backward: the hook received a gradient of norm {nums['grad_in']:.3g} and returned "
+                 f"norm {nums['grad_out']:.3g}; {name} is upstream of it", fix_for("hook-zeroed"), node, e)
+
+
+def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, count: int) -> Cause:
+    attrs = graph.nx.nodes[b.node]
+    module = f" in module {attrs.get('module')!r}" if attrs.get("module") else ""
+    more = f" ({count - 1} more such nodes on its paths)" if count > 1 else ""
+    e = b.event
+    if b.kind == "hook-zeroed" and e is not None:
+        return _hook_cause(status, name, e, b.node)
+    if b.kind == "custom-backward":
+        return Cause(status, "custom-backward", f"the custom autograd.Function {attrs['op']}{module} passes no "
+                     "gradient back to it", f"every path from {name} to the loss runs through {attrs['op']} (node "
+                     f"{b.node}), and {name}'s gradient is {status}: its backward returned None or zero for that "
+                     f"input{more}; gv.gradcheck(fn, inputs) compares it with finite differences",
+                     fix_for("custom-backward"), b.node)
+    if b.kind == "saturated" and e is not None:
+        return _saturated(status, name, e, b.node, graph)
+    line = f" at {e.line}" if e is not None and e.line else ""
+    op = e.op if e is not None else str(attrs["op"]).removesuffix("Backward0").lower()
+    return Cause(status, "zero-derivative", f"{op}{line}{module} has a zero derivative",
+                 f"every path from {name} to the loss passes through {attrs['op']} (node {b.node}), whose local "
+                 f"derivative is 0 everywhere{more}", fix_for("zero-derivative"), b.node, e)
+
+
+def _saturated(status: str, name: str, e: Evidence, node: str, graph: AutogradGraph) -> Cause:
+    nums = e.numbers
+    return Cause(status, "saturated", f"{e.op} at {_place(e)} is saturated: {nums['fraction']:.1%} of its outputs "
+                 "pass no gradient", f"measured in forward: {nums['fraction']:.1%} of {e.op}'s {e.shape} outputs sat "
+                 f"in its flat region, mean local derivative {nums['derivative']:.3g}; {name} is upstream of it",
+                 fix_for("saturated"), node, e)
+
+
+def _most_saturated(dist: dict[str, int], events: Sequence[Evidence],
+                    graph: AutogradGraph) -> tuple[Evidence, str] | None:
+    seqs = {graph.nx.nodes[n].get("seq"): n for n in dist}
+    sats = [(e, seqs[e.seq]) for e in events if e.kind == "saturated" and e.seq in seqs
+            and e.numbers.get("fraction", 0.0) >= 0.9]
+    if not sats:
+        return None
+    return min(sats, key=lambda s: s[0].numbers.get("derivative", 1.0))
+
+
+# -- the whole walk ------------------------------------------------------------------------------------------
+
+
+def _frozen(status: str, name: str, model: nn.Module | None) -> Cause:
+    parent = ""
+    if model is not None:
+        for path, m in model.named_modules():
+            params = list(m.parameters())
+            if path and name.startswith(path + ".") and params and not any(q.requires_grad for q in params):
+                parent = path
+                break
+    if parent:
+        n = sum(1 for _ in model.get_submodule(parent).parameters()) if model is not None else 0
+        return Cause(status, "frozen", f"its parent module {parent!r} is frozen",
+                     f"all {n} parameters of {parent!r} have requires_grad=False, {name} among them",
+                     f"model.{parent}.requires_grad_(True) (or leave it frozen on purpose)")
+    return Cause(status, "frozen", f"{name} has requires_grad=False", f"{name}.requires_grad is False, so autograd "
+                 "never computes its gradient", f"{name}.requires_grad_(True) (or leave it frozen on purpose)")
+
+
+def _lora_expected(status: str, name: str, model: nn.Module | None) -> Cause | None:
+    if status != "zero" or model is None or ".lora_A." not in f".{name}":
+        return None
+    partner = name.replace("lora_A", "lora_B")
+    b = dict(model.named_parameters()).get(partner)
+    if b is None or bool(b.detach().any()):
+        return None
+    return Cause(status, None, "expected: LoRA's B starts at zero, so A gets exactly zero gradient at first",
+                 f"{partner} is all zeros ({b.numel():,} values): the adapter's output B(A x) is 0 and dL/dA = "
+                 "B^T (...) = 0; A starts learning once B moves (after the first optimizer step)",
+                 "nothing to fix: this is LoRA's initialisation")
+
+
+def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | None, events: Sequence[Evidence],
+            model: nn.Module | None, param: torch.Tensor | None, adapters: dict[str, str] | None = None,
+            unused: str = "") -> Cause:
+    """The first cause of ``name``'s gradient ``status`` (see the module docstring)."""
+    leaf = graph.leaves().get(name) if graph is not None else None
+    if param is not None and not param.requires_grad:
+        return _frozen(status, name, model)
+    expected = _lora_expected(status, name, model)
+    if expected is not None:
+        return expected
+    switched = next((why for path, why in (adapters or {}).items() if name.startswith(path + ".")), "")
+    if switched and status in ("none", "zero"):
+        return Cause(status, "dead-adapter", "its adapter is switched off", switched, fix_for("dead-adapter"))
+    if status == "ok":
+        return _ok(name, measured, graph, leaf, events)
+    if leaf is None:
+        cut = first_cut(events, [name])
+        if cut is not None:
+            return cut_cause(status, name, cut, events)
+        if unused:
+            kind: Kind = "no-grad" if "no autograd node" in unused else "unused-parameter"
+            return Cause(status, kind, unused, f"{measured}; no recorded cut touches {name}", fix_for(kind))
+        where = "gv.capture recorded no cut (detach, .data, a value leaving the graph, no_grad) on its path" \
+            if events else "the forward was not captured, so cuts were not recorded (run it under gv.capture)"
+        return Cause(status, "unused-parameter", f"{name} is not in the graph of the loss",
+                     f"{measured}; no path from {name} to the loss in the traced graph; {where}",
+                     fix_for("unused-parameter"))
+    assert graph is not None
+    found = _in_graph(status, name, graph, leaf, events, param)
+    if found is not None:
+        return found
+    if status == "none":
+        return Cause(status, "no-grad", "it is in the loss's graph but has no gradient: backward has not run on "
+                     "this loss, or the gradient was cleared after it", f"{measured}; {name} is leaf {leaf} of the "
+                     "traced graph", "call loss.backward() (and read .grad before zero_grad())", leaf)
+    return Cause(status, "vanishing", f"its gradient is {status}, and no single op explains it",
+                 f"{measured}; no zero-derivative op, saturated activation, hook or custom backward on its paths "
+                 "was recorded", fix_for("vanishing"), leaf)
+
+
+def _ok(name: str, measured: str, graph: AutogradGraph | None, leaf: str | None,
+        events: Sequence[Evidence]) -> Cause:
+    """A gradient that is there; unless its module's path was cut and only a penalty term outside every
+    module (weight decay) still reaches it."""
+    cut = next((e for e in events if e.kind in ("detached", "data-access") and name in e.cut and e.targets), None)
+    if cut is not None and graph is not None and leaf is not None:
+        g = graph.nx
+        inside = [n for n in nx.descendants(g, leaf) if g.nodes[n].get("kind") == "op" and g.nodes[n].get("module")]
+        if not inside:
+            c = cut_cause("scaled", name, cut, events, leaf)
+            return Cause("scaled", c.kind, c.cause + "; only a term outside the model (a penalty) still reaches it",
+                         c.evidence + f"; its remaining path to the loss is top-level ops only; {measured}",
+                         c.fix, leaf, cut)
+    return Cause("ok", None, "it has a gradient", measured, "nothing to fix", leaf or "")
