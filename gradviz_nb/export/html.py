@@ -46,7 +46,7 @@ CSP = (
 FAKE_MODEL = """
 function gradvizFakeModel(state, answers) {
   const listeners = {};
-  const table = answers || { load: {}, values: {} };
+  const table = answers || { load: {}, values: {}, why: {} };
   const has = (o, k) => o != null && Object.prototype.hasOwnProperty.call(o, k);
   const body = (kind, args) => {
     if (kind === "load") {
@@ -64,6 +64,12 @@ function gradvizFakeModel(state, answers) {
       if (typeof node !== "string") return { error: "values: 'node' must be a node id (a string)." };
       return { body: has(table.values, node) ? table.values[node]
         : { node, value: null, grad: null, missing: "not saved in this export" } };
+    }
+    if (kind === "why") {  // the doctor's answer for a leaf, saved for the first leaves (page/why.py)
+      const node = args && args.node;
+      if (typeof node !== "string") return { error: "why: 'node' must be a node id (a string)." };
+      return { body: has(table.why, node) ? table.why[node]
+        : { node, answer: null, missing: "not saved in this export" } };
     }
     return { error: kind + ": this page was exported without a kernel, so it cannot answer that; " +
       "run the notebook to use it." };
@@ -168,7 +174,7 @@ def page_html(snap: Snapshot, title: str | None = None) -> str:
     from gradviz_nb._version import __version__
 
     answers = ""
-    if snap.answers["load"] or snap.answers["values"]:  # lazy boxes' load replies, leaves' values replies
+    if any(snap.answers.values()):  # lazy boxes' load replies, leaves' values and why replies
         answers = f'<script type="application/json" id="gradviz-answers">{script_json(snap.answers)}</script>\n'
     return PAGE.format(
         csp=CSP,

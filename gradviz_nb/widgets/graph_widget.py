@@ -23,6 +23,7 @@ from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
 from gradviz_nb.widgets.page.toggles import toggle_args
 from gradviz_nb.widgets.page.traits import PageTrait
 from gradviz_nb.widgets.page.values import values_body
+from gradviz_nb.widgets.page.why import why_body
 from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
@@ -139,6 +140,7 @@ class GraphWidget(anywidget.AnyWidget):
         self.lazy = built.lazy is not None
         """bool: True when the page gets a skeleton and loads each box's records when opened."""
         self._lazy_graph = built.lazy
+        self._why_source = built.why_source
         super().__init__(**built.state, **kwargs)
         self.on_msg(self._on_page_message)
 
@@ -158,6 +160,7 @@ class GraphWidget(anywidget.AnyWidget):
             for name in Traits.__annotations__:  # drop the data without sending it anywhere
                 self._trait_values[name] = self.trait_defaults(name)
         self._lazy_graph = None
+        self._why_source = None
         self._rerun = None
         self.__dict__.pop("graph", None)
 
@@ -237,7 +240,8 @@ class GraphWidget(anywidget.AnyWidget):
     def page_snapshot(self, **traits: Any) -> Snapshot:
         """This view's current state (with ``traits`` converted over it) and the answers to the requests
         an exported page sends: what :mod:`gradviz_nb.export` writes."""
-        return snapshot(self.graph, self.page_state(), self._lazy_graph if self.lazy else None, **traits)
+        return snapshot(self.graph, self.page_state(), self._lazy_graph if self.lazy else None, self._why_source,
+                        **traits)
 
     def save_html(self, path: str | os.PathLike[str], title: str | None = None) -> pathlib.Path:
         """One self-contained HTML file of this view (its current state), interactive without a kernel."""
@@ -265,7 +269,8 @@ class GraphWidget(anywidget.AnyWidget):
 
             w.answer({"id": 1, "kind": "load", "body": {"calls": ["blocks.0"]}})["body"]["chunks"]
         """
-        return dispatch(message, {"load": self._load, "verify": self._verify_request, "values": self._values})
+        return dispatch(message, {"load": self._load, "verify": self._verify_request, "values": self._values,
+                                  "why": self._why})
 
     def _on_page_message(self, _: Any, content: Any, buffers: Any) -> None:
         # The comm calls this with whatever the page sent: `answer` logs and drops what is malformed.
@@ -278,6 +283,9 @@ class GraphWidget(anywidget.AnyWidget):
 
     def _values(self, body: Mapping[str, Any]) -> Body:
         return values_body(self.graph, body)  # read now, through the graph's weak references
+
+    def _why(self, body: Mapping[str, Any]) -> Body:
+        return why_body(self._why_source, self.graph, body)  # the doctor's why, imported when first asked
 
     def _verify_request(self, body: Mapping[str, Any]) -> Empty:
         self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run

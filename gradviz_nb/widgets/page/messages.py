@@ -1,7 +1,8 @@
 """Messages between the page and the kernel: one envelope, one dispatcher.
 
 Page -> kernel (``PageRequest``): ``{"id": 7, "kind": "load", "body": {"calls": ["blocks.0"]}}`` or
-``{"id": 8, "kind": "verify", "body": {}}``. Kernel -> page (``PageReply``), the same id:
+``{"id": 8, "kind": "verify", "body": {}}`` (``"values"`` and ``"why"`` take ``{"node": "n12"}``).
+Kernel -> page (``PageReply``), the same id:
 ``{"id": 7, "kind": "reply", "ok": True, "body": {"chunks": [...]}}`` (``{}`` for verify, whose result
 arrives in the ``verified`` trait), or ``{"id": 7, "kind": "reply", "ok": False, "error": "..."}``.
 
@@ -24,23 +25,25 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.widgets.page.contract import Chunk, Empty, LoadReplyBody, PageReply, ValuesReplyBody
+from gradviz_nb.widgets.page.contract import Chunk, Empty, LoadReplyBody, PageReply, ValuesReplyBody, WhyReplyBody
 from gradviz_nb.widgets.page.finite_json import finite_nodes
 from gradviz_nb.widgets.page.lazy import LazyGraph
 
 log = logging.getLogger("gradviz_nb")
 
-Body = LoadReplyBody | ValuesReplyBody | Empty
+Body = LoadReplyBody | ValuesReplyBody | WhyReplyBody | Empty
 Handler = Callable[[Mapping[str, Any]], Body]
 
 
 class Answers(TypedDict):
     """What an exported page (no kernel) answers from: each request kind's reply bodies by argument
     (``"load"``: call id -> the body :func:`load_body` gives for that one call; ``"values"``: leaf node id
-    -> the body ``page.values.values_body`` gives, for the leaves within the export's budget)."""
+    -> the body ``page.values.values_body`` gives, for the leaves within the export's budget; ``"why"``:
+    leaf node id -> the body ``page.why.why_body`` gives, for the first leaves)."""
 
     load: dict[str, LoadReplyBody]
     values: dict[str, ValuesReplyBody]
+    why: dict[str, WhyReplyBody]
 
 
 def load_body(lazy: LazyGraph, body: Mapping[str, Any]) -> LoadReplyBody:
@@ -54,13 +57,15 @@ def load_body(lazy: LazyGraph, body: Mapping[str, Any]) -> LoadReplyBody:
     return {"chunks": chunks}
 
 
-def answers(lazy: LazyGraph | None, values: dict[str, ValuesReplyBody] | None = None) -> Answers:
+def answers(lazy: LazyGraph | None, values: dict[str, ValuesReplyBody] | None = None,
+            why: dict[str, WhyReplyBody] | None = None) -> Answers:
     """Every reply body an exported page may need, computed by the kernel's own handlers (``values``:
-    ``page.values.export_answers(graph)``)."""
+    ``page.values.export_answers(graph)``, ``why``: ``page.why.export_answers(...)``)."""
     if lazy is None:
-        return {"load": {}, "values": values or {}}
+        return {"load": {}, "values": values or {}, "why": why or {}}
     calls = ["", *(c["id"] for c in lazy.graph.calls)]
-    return {"load": {call: load_body(lazy, {"calls": [call]}) for call in calls}, "values": values or {}}
+    return {"load": {call: load_body(lazy, {"calls": [call]}) for call in calls}, "values": values or {},
+            "why": why or {}}
 
 
 def reply(request_id: int, body: Body) -> PageReply:

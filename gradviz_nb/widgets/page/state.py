@@ -42,6 +42,7 @@ from gradviz_nb.widgets.page.payload import graph as graph_payload
 from gradviz_nb.widgets.page.payload import initial_expanded
 from gradviz_nb.widgets.page.traits import convert_trait
 from gradviz_nb.widgets.page.values import export_answers
+from gradviz_nb.widgets.page.why import export_answers as why_answers
 
 # Every trait's value when nothing is shown (graph_data and expanded come from the graph).
 DEFAULTS: dict[str, Any] = {
@@ -55,6 +56,7 @@ class Built:
     graph: AutogradGraph
     state: Traits
     lazy: lazy_mode.LazyGraph | None
+    why_source: Any = None  # what "Why?" asks the doctor about: the Diagnosis drawn, else the graph
 
 
 @dataclass
@@ -185,13 +187,14 @@ def build(
     state["graph_data"] = convert_trait("graph_data", payload, graph)
     for name, value in given.items():
         state[name] = convert_trait(name, value, graph)
-    return Built(graph, cast(Traits, state), index)
+    return Built(graph, cast(Traits, state), index, x if isinstance(x, Diagnosis) else graph)
 
 
 def snapshot(graph: AutogradGraph, state: Mapping[str, Any], index: lazy_mode.LazyGraph | None,
-             **traits: Any) -> Snapshot:
+             why_source: Any = None, **traits: Any) -> Snapshot:
     """An exported page's contents: ``state`` with ``traits`` converted over it, and the answers to the
-    load requests a lazy page (``wiring`` in its graph data) will send."""
+    requests it will send: load (a lazy page: ``wiring`` in its graph data), values and why of leaves
+    (``why_source``: what "Why?" asks about, the graph when None)."""
     out = dict(state)
     for name, value in traits.items():
         out[name] = convert_trait(name, value, graph)
@@ -199,7 +202,10 @@ def snapshot(graph: AutogradGraph, state: Mapping[str, Any], index: lazy_mode.La
     if is_lazy and index is None:
         index = lazy_mode.LazyGraph(graph)
     caption = "\n".join(graph.summary().splitlines()[:2])
-    return Snapshot(cast(Traits, out), answers(index if is_lazy else None, export_answers(graph)), caption)
+    values = export_answers(graph)
+    leaves = [*values, *(n for n in graph.leaves().values() if n not in values)]
+    whys = why_answers(graph if why_source is None else why_source, graph, leaves)
+    return Snapshot(cast(Traits, out), answers(index if is_lazy else None, values, whys), caption)
 
 
 def page_snapshot(x: Any, **traits: Any) -> Snapshot:
@@ -210,4 +216,4 @@ def page_snapshot(x: Any, **traits: Any) -> Snapshot:
     if isinstance(x, HasSnapshot):
         return x.page_snapshot(**traits)
     built = build(x, **traits)
-    return snapshot(built.graph, built.state, built.lazy)
+    return snapshot(built.graph, built.state, built.lazy, built.why_source)
