@@ -3,7 +3,7 @@
 Each case runs one real training step's forward and backward under ``gv.capture``, checks PyTorch's
 truth that the model is healthy (every trainable parameter has a finite gradient), then asks
 ``gv.gradient_flow`` (with the traced graph), ``gv.GradientMonitor`` (over a few optimizer steps) and
-``gv.doctor`` (two real steps of AdamW).
+``gv.doctor`` (two real steps), both with the case's own optimizer (AdamW unless it names one).
 Expected: no flag at all.
 """
 
@@ -11,33 +11,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.bugzoo.case import Case, Outcome
+from gradviz_nb.bugzoo.healthy import Healthy
+from gradviz_nb.bugzoo.healthy_models import MODELS as MORE
 
 __all__ = ["CASES", "Healthy", "healthy_outcome"]
 
 
-@dataclass
-class Healthy:
-    """A model and a loss of one batch; ``backward`` may scale (AMP) or accumulate."""
-
-    model: nn.Module
-    loss: Callable[[], torch.Tensor]
-    backward: Callable[[torch.Tensor], None] = lambda loss: loss.backward()
-
-
 def _unhealthy(model: nn.Module) -> list[str]:
-    return [n for n, p in model.named_parameters()
-            if p.requires_grad and (p.grad is None or not torch.isfinite(p.grad).all())]
+    def finite(g: torch.Tensor) -> bool:
+        return bool(torch.isfinite(g.coalesce().values() if g.is_sparse else g).all())
+
+    return [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not finite(p.grad))]
 
 
 def _monitor_flags(h: Healthy, steps: int = 4) -> list[str]:
-    opt = torch.optim.AdamW([p for p in h.model.parameters() if p.requires_grad], lr=1e-3)
+    opt = h.make_optimizer()
     with gv.GradientMonitor(h.model, optimizer=opt) as monitor:
         for _ in range(steps):
             h.backward(h.loss())
@@ -48,7 +42,7 @@ def _monitor_flags(h: Healthy, steps: int = 4) -> list[str]:
 
 
 def _doctor_findings(h: Healthy) -> list[str]:
-    opt = torch.optim.AdamW([p for p in h.model.parameters() if p.requires_grad], lr=1e-3)
+    opt = h.make_optimizer()
 
     def step() -> None:
         opt.zero_grad()
@@ -244,4 +238,4 @@ def _case(name: str, make: Callable[[], Healthy], needs: tuple[str, ...]) -> Cas
     return Case(name, "healthy", lambda: healthy_outcome(make), needs=needs)
 
 
-CASES: list[Case] = [_case(name, make, needs) for name, make, needs in _MODELS]
+CASES: list[Case] = [_case(name, make, needs) for name, make, needs in [*_MODELS, *MORE]]

@@ -80,7 +80,11 @@ def run(seed: int, n: int, family: str | None = None, host: str | None = None,
         elif not truth.affected:
             out.no_effect.append(f"{label}: {truth.site}")
         else:
-            result = Result(i, fam.name, host_name, mseed, truth, judge(fam, truth, run_doctor(fam, host_name, mseed)))
+            try:
+                score = judge(fam, truth, run_doctor(fam, host_name, mseed))
+            except Exception as err:  # the doctor crashing on a mutant is a miss, shown with its error
+                score = Score(False, sorted(truth.affected), [], f"doctor raised {type(err).__name__}: {err}")
+            result = Result(i, fam.name, host_name, mseed, truth, score)
             out.results.append(result)
             if progress is not None:
                 progress(result)
