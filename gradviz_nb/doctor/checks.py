@@ -67,36 +67,31 @@ def _call_node(rec: StepRecord, path: str) -> str:
 
 
 def _no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
-    """A parameter without gradient: ``data-access`` / ``detached`` when the capture recorded the cut,
-    else ``unused-parameter`` (what DDP's find_unused_parameters would trip on)."""
-    reason = f.reason.split(": ", 1)[-1]
-    if " .data " in f.reason or "the .data in" in f.reason:
-        return Finding("data-access", f.target, "its path to the loss is cut by a .data read", reason,
-                       "use the tensor itself (or torch.no_grad() where no gradient is wanted), not .data",
-                       rec.index)
-    if "detach() in" in f.reason:
-        return Finding("detached", f.target, "its path to the loss is cut by a detach()", reason,
-                       "remove the detach() on the path from this parameter to the loss", rec.index)
-    return Finding("unused-parameter", f.target, "requires grad but got no gradient from this step's loss "
-                   "(DistributedDataParallel would fail with find_unused_parameters=False)", reason,
-                   "use it in the loss, set requires_grad_(False), or DDP(find_unused_parameters=True)", rec.index)
+    """A parameter without gradient, explained by gv.why from the step's graph and capture (a recorded cut, a
+    value leaving the graph, no_grad, a reentrant checkpoint, ...), else ``unused-parameter`` (what DDP's
+    find_unused_parameters would trip on)."""
+    from gradviz_nb.doctor.why_checks import no_grad_finding
+
+    return no_grad_finding(rec, f)
 
 
 def findings_from_flow(rec: StepRecord) -> list[Finding]:
     """gradient_flow's flags of one step, as findings (optimizer flags are handled with the optimizer)."""
+    from gradviz_nb.doctor.why_checks import explained
+
     if rec.flow is None:
         return []
     out = []
     for f in rec.flow.flags:
-        if f.kind in ("frozen", "not-in-optimizer"):
-            continue
+        if f.kind in ("frozen", "not-in-optimizer") or explained(rec, f):
+            continue  # a layer whose zero gradients gv.why explained is reported with that cause
         if f.kind == "no-grad":
             finding = _no_grad_finding(rec, f)
         else:
             finding = Finding(f.kind, f.target, f.reason.split(": ", 1)[0], f.reason,
                               fix_for(f.kind), rec.index)
         names = f.params or (f.target,)
-        node = _leaf_node(rec, names) or _cut_node(rec, names) or _call_node(rec, f.target)
+        node = finding.node or _leaf_node(rec, names) or _cut_node(rec, names) or _call_node(rec, f.target)
         out.append(Finding(finding.kind, finding.target, finding.message, finding.evidence, finding.fix,
                            finding.step, node))
     return out
@@ -310,6 +305,13 @@ def inplace_finding(err: BaseException, writes: list[InplaceWrite], index: int) 
 # -- the checks, as the doctor runs them --------------------------------------------------------------------
 
 
+def check_causes(obs: Observed) -> list[Finding]:
+    """Zero, tiny and cut gradients with the cause gv.why names (doctor/why_checks.py)."""
+    from gradviz_nb.doctor.why_checks import check_causes as causes
+
+    return causes(obs)
+
+
 def check_inplace(obs: Observed) -> list[Finding]:
     """A step that failed with PyTorch's in-place error, named by the write the capture saw."""
     hits = (inplace_finding(r.error, r.cap.inplace, r.index) for r in obs.records
@@ -344,5 +346,5 @@ def check_registration(obs: Observed) -> list[Finding]:
 
 
 CHECKS: tuple[Check, ...] = (check_inplace, check_flow, check_optimizer, check_stale, check_spike, check_mode,
-                             check_registration)
+                             check_registration, check_causes)
 """Every check the doctor runs, in order (findings are then sorted by the kinds' rank)."""

@@ -12,8 +12,6 @@ parameters, their ``.grad``, ``requires_grad``, hooks, modes and RNG afterwards.
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing.evidence import WATCHED, Evidence
-from gradviz_nb.tracing.ghosts import _DATA_GETTER
+from gradviz_nb.tracing.ghosts import _DATA_GETTER, user_line
 
 if TYPE_CHECKING:
     from gradviz_nb.doctor.why import Why
@@ -67,19 +65,6 @@ class Proof:
         return self.text()
 
 
-_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)), "<frozen ")
-
-
-def user_line() -> str:
-    """``file:line`` of the innermost frame outside torch and gradviz_nb (as the capture recorded it)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not frame.f_code.co_filename.startswith(_SKIP):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return ""
-
-
 class _Fix(TorchFunctionMode):
     """Undo the one recorded cut at its source line during the re-run."""
 
@@ -103,7 +88,7 @@ class _Fix(TorchFunctionMode):
                 return first.reshape(()) if getattr(func, "__name__", "") in ("item", "__float__") else first
             if kind == "enter" and self.entered and user_line() == self.entered:
                 return first
-        if e.kind == "hook-zeroed" and func is torch.Tensor.register_hook and user_line() == e.line:
+        if e.kind == "hook" and func is torch.Tensor.register_hook and user_line() == e.line:
             self.hits += 1
             return torch.utils.hooks.RemovableHandle({})
         return func(*args, **kwargs)
@@ -146,7 +131,7 @@ def _fix_context(w: Why, model: nn.Module, p: torch.Tensor) -> tuple[contextlib.
     if w.kind == "no-grad":
         return _grad_enabled_no_grad(), "torch.no_grad() blocks run with grad enabled"
     if w.kind == "reentrant-checkpoint":
-        return _reentrant_direct(), "the checkpointed block run directly (as use_reentrant=False computes it)"
+        return _reentrant_direct(), "the block run without reentrant checkpointing (what use_reentrant=False computes)"
     if w.kind == "hook-zeroed" and e is None and w._hook is not None:
         hooks = getattr(p, "_backward_hooks", None) or {}
         for key in [k for k, h in hooks.items() if h is w._hook]:

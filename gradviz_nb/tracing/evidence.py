@@ -138,7 +138,7 @@ def hook_name(hook: Any) -> str:
     return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else str(name)
 
 
-def checkpoint_call_line(library_dirs: tuple[str, ...]) -> str:
+def checkpoint_call_line(is_library: Callable[[str], bool]) -> str:
     """``file:line`` of the user's ``checkpoint(...)`` call when the current frame runs inside a reentrant
     checkpoint's forward (``CheckpointFunction.forward``), else ``""``."""
     frame = sys._getframe(1)
@@ -148,7 +148,7 @@ def checkpoint_call_line(library_dirs: tuple[str, ...]) -> str:
         if not inside:
             inside = code.co_name == "forward" and code.co_filename.endswith("checkpoint.py") and \
                 "ctx" in frame.f_locals and "run_function" in frame.f_locals
-        elif not code.co_filename.startswith(library_dirs):
+        elif not is_library(code.co_filename):
             return f"{code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return ""

@@ -42,14 +42,24 @@ CUT_WALK_LIMIT = 20_000  # grad_fn nodes walked per detach to find the parameter
 CUT_WALKS = 64  # such walks per capture for comparisons / values leaving the graph (a mask per layer is common)
 # Frames of torch and of this tracing package sit between the user's detach and the mode that sees it.
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__), "<frozen ")
+# Other tools of this package may run their own torch function mode below this one (the doctor's step
+# arithmetic): their frames are not the user's either. The bug zoo and the demo models are user code.
+_PACKAGE = os.path.dirname(os.path.dirname(__file__))
+_USER_IN_PACKAGE = (os.path.join(_PACKAGE, "bugzoo"), os.path.join(_PACKAGE, "demo_models.py"))
+
+
+def is_library(filename: str) -> bool:
+    """A frame of torch or of this package's tools (not the user's code)."""
+    return filename.startswith(_LIBRARY_DIRS) or (filename.startswith(_PACKAGE)
+                                                  and not filename.startswith(_USER_IN_PACKAGE))
 
 
 def user_line() -> str:
-    """``file:line`` of the innermost frame of user code (outside torch and gradviz_nb.tracing), or ``""``."""
+    """``file:line`` of the innermost frame of user code (outside torch and gradviz_nb's tools), or ``""``."""
     frame = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not name.startswith(_LIBRARY_DIRS):
+        if not is_library(name):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return ""
@@ -321,7 +331,7 @@ class ForwardObserver(TorchFunctionMode):
             if name is None or key in self._no_grad_seen or not t.requires_grad:
                 continue
             self._no_grad_seen.add(key)
-            via = checkpoint_call_line(_LIBRARY_DIRS)
+            via = checkpoint_call_line(is_library)
             if via:
                 self._event("reentrant-checkpoint", "checkpoint(use_reentrant=True)", cut=[name], via=via,
                             shape=list(t.shape))
