@@ -3,7 +3,8 @@ a backward that has not run. Where nothing was observed, the reason says so and 
 
 Evidence, strongest first:
 1. a ``detach()`` / ``.data`` recorded by ``gv.capture`` whose source depends on the parameter
-   (the ghost's ``cut`` list), with the module it ran in and the user's source line;
+   (the ghost's ``cut`` list), with the module it ran in and the user's source line; then the capture's other
+   recorded cuts (a value leaving the graph, a comparison, a use under no_grad, a reentrant checkpoint);
 2. no parameter of the model has a gradient, or the parameter is in the traced loss's graph: backward
    has not run on that loss (or the gradients were cleared since);
 3. the capture saw its module never called, or called without making any autograd node (no_grad);
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
+
+from gradviz_nb.probes.causes import cut_cause, first_cut
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing import AutogradGraph, Capture
@@ -71,6 +74,11 @@ def no_grad_reason(model: nn.Module, name: str, names: Sequence[str], module: st
     cut = _cut_by(names, _ghost_records(graph, capture))
     if cut:
         return f"{HEAD}: {cut}"
+    event = first_cut(capture.evidence, names) if capture is not None else None
+    if event is not None:  # a value that left the graph, a comparison, no_grad, a reentrant checkpoint
+        found = cut_cause("none", name, event, capture.evidence if capture is not None else [])
+        seen = _module_seen(module, capture) if event.kind == "no-grad" else ""
+        return f"{HEAD}: {found.cause} ({found.evidence})" + (f"; {seen}" if seen else "")
     if not any_grad:
         return (f"{HEAD}, like every parameter of the model: backward() has not run since the gradients were "
                 "last cleared (zero_grad() with set_to_none, or a new model); call loss.backward() first")
@@ -84,10 +92,10 @@ def no_grad_reason(model: nn.Module, name: str, names: Sequence[str], module: st
         return (f"{HEAD} while other parameters have one, so backward ran but never reached it: its path to the "
                 "loss was cut or it was not used. Trace the loss (graph=gv.trace(loss, model=model, capture=cap), "
                 "with the forward under gv.capture) to see where")
-    seen = "gv.capture saw no detach()/.data on its path" if graph.nx.graph.get("captured") else (
-        "the forward was not captured, so detaches were not recorded (use gv.capture to see them)")
-    return (f"{HEAD}: it is not in the graph of this loss (no path from it to the loss); {seen}. It was not "
-            "used by this loss, or used under torch.no_grad()")
+    seen = ("gv.capture recorded no cut on its path (no detach()/.data, no value leaving the graph, no use "
+            "under no_grad)") if graph.nx.graph.get("captured") else (
+        "the forward was not captured, so cuts were not recorded (use gv.capture to see them)")
+    return f"{HEAD}: it is not in the graph of this loss (no path from it to the loss); {seen}"
 
 
 def adapter_switch_reasons(model: nn.Module) -> dict[str, str]:
