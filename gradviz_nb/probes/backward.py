@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -27,6 +27,9 @@ from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.ghosts import InplaceWrite
 from gradviz_nb.tracing.trace import trace_with_nodes
 from gradviz_nb.validate import boolean, instance, not_meta
+
+if TYPE_CHECKING:
+    from gradviz_nb.probes.breakpoints import Stop
 
 SMALL = 64  # gradients with at most this many elements keep their full values
 # Ops whose gradient is the gradient received, only reshaped or permuted: same elements, same statistics.
@@ -219,6 +222,24 @@ class BackwardRecording:
 
         born = next((s for s in self.steps if bad(s.grad_inputs) and not bad(s.grad_outputs)), None)
         return born or next((s for s in self.steps if bad(s.grad_inputs) or bad(s.grad_outputs)), None)
+
+    def find(self, rule: str = "", *, threshold: float | None = None, module: str = "", leaf: str = "") -> Stop:
+        """A breakpoint: the first step where ``rule`` fires, with the numbers that made it fire.
+
+        ``"nonfinite"`` (the first NaN/Inf received or sent; where it was born; later steps that healed it),
+        ``"zero"`` (the first exactly-zero gradient sent for a non-zero one received), ``"above"`` with
+        ``threshold=`` (the first gradient norm above it), ``"jump"`` (the largest change of norm from what a
+        node received to what it sent); or ``module="blocks.3"`` / ``leaf="fc1.weight"`` (first and last
+        step). ``stop.hit`` is False when it never fires; ``w.cursor = stop.index`` shows it in the stepper.
+
+        Example::
+
+            stop = rec.find("nonfinite")
+            print(stop)        # born at step 812 (SqrtBackward0 in blocks.3): it received finite ...
+        """
+        from gradviz_nb.probes.breakpoints import find
+
+        return find(self, rule, threshold=threshold, module=module, leaf=leaf)
 
     def pass_steps(self, pass_index: int = -1) -> list[Step]:
         wanted = range(self.passes)[pass_index]

@@ -1,0 +1,220 @@
+"""Breakpoints on a backward recording: jump to the step where something first happened, in engine order.
+
+A recording of a deep model has thousands of steps; nobody presses "step" 2,000 times. Each function here
+reads the recorded statistics of every step (what the node *received*, the gradients w.r.t. its outputs,
+and what it *sent*, the gradients w.r.t. its inputs) and returns a :class:`Stop`: the step, the node to
+frame, and the rule that fired with PyTorch's numbers. A breakpoint that never fires says so (``hit`` is
+False and the text says what was checked). Nothing here runs the model: it reads what
+:func:`gv.record_backward` recorded. ``rec.find(...)`` is the entry point.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing.calltree import CallTree
+
+if TYPE_CHECKING:
+    from gradviz_nb.probes.backward import BackwardRecording, GradStats, Step
+
+__all__ = ["RULES", "Stop", "find"]
+
+RULES = ("nonfinite", "zero", "above", "jump", "module", "leaf")
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where a breakpoint stopped: ``step`` (None when it never fired), the ``node`` to frame, and ``text``,
+    the rule with the numbers that made it fire. ``last``: the last step of a module box or leaf.
+    ``healed``: for ``nonfinite``, later steps that received NaN/Inf and sent only finite gradients."""
+
+    rule: str
+    step: Step | None
+    text: str
+    last: Step | None = None
+    healed: tuple[Step, ...] = field(default=(), repr=False)
+
+    @property
+    def hit(self) -> bool:
+        return self.step is not None
+
+    @property
+    def index(self) -> int:
+        """The stepper's cursor for this stop (``w.cursor = stop.index``); -1 when it never fired."""
+        return self.step.index if self.step is not None else -1
+
+    @property
+    def node(self) -> str:
+        return self.step.node if self.step is not None else ""
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        where = f"step {self.index}" if self.hit else "never hit"
+        return f"<Stop {self.rule}: {where}: {self.text}>"
+
+
+def _bad(grads: Sequence[GradStats | None]) -> list[int]:
+    return [k for k, g in enumerate(grads) if g is not None and g.nonfinite]
+
+
+def _norm(grads: Sequence[GradStats | None]) -> float:
+    """The norm of all of a step's gradients together (sqrt of the sum of squares)."""
+    return math.sqrt(sum(g.norm**2 for g in grads if g is not None))
+
+
+class _Where:
+    """Names a step by op, module and pass, as a reader reads them."""
+
+    def __init__(self, rec: BackwardRecording) -> None:
+        self.nodes = rec.graph.nx.nodes
+        self.passes = rec.passes
+
+    def __call__(self, s: Step) -> str:
+        d = self.nodes[s.node]
+        name = (d.get("names") or [""])[0] if d.get("kind") == "leaf" else ""
+        what = name or s.op
+        call = d.get("call") or ""
+        inside = f" in {call}" if call else ""
+        passed = f", pass {s.pass_index + 1}" if self.passes > 1 else ""
+        return f"step {s.index} ({what}{inside}{passed})"
+
+
+def first_nonfinite(rec: BackwardRecording) -> Stop:
+    """The first step that received or sent a NaN/Inf gradient; where it was born when it received only
+    finite ones. Steps that later received NaN/Inf but sent only finite gradients are ``healed``."""
+    where = _Where(rec)
+    first: Step | None = None
+    healed: list[Step] = []
+    for s in rec.steps:
+        got, sent = _bad(s.grad_outputs), _bad(s.grad_inputs)
+        if first is None and (got or sent):
+            first = s
+        if got and not sent and any(g is not None for g in s.grad_inputs):
+            healed.append(s)
+    if first is None:
+        return Stop("nonfinite", None, f"never hit: all {len(rec.steps)} recorded steps received and sent only "
+                                       "finite gradients")
+    got, sent = _bad(first.grad_outputs), _bad(first.grad_inputs)
+    if not got:
+        received = _norm(first.grad_outputs)
+        text = (f"born at {where(first)}: it received finite gradients (norm {received:.4g}) and sent NaN/Inf "
+                f"to input {', '.join(map(str, sent))}")
+    else:
+        text = (f"{where(first)} already received a NaN/Inf gradient: the loss's gradient is not finite, so the "
+                "NaN/Inf was made in the forward pass (gv.find_nonfinite names the op that made it)")
+    if healed:
+        text += (f"; healed {len(healed)} time{'s' if len(healed) != 1 else ''} later (received NaN/Inf, sent "
+                 f"finite values), first at {where(healed[0])}")
+    return Stop("nonfinite", first, text, healed=tuple(healed))
+
+
+def first_zero(rec: BackwardRecording) -> Stop:
+    """The first step that received a non-zero gradient and sent an exactly-zero one."""
+    where = _Where(rec)
+    for s in rec.steps:
+        received = _norm(s.grad_outputs)
+        if not received > 0 or not math.isfinite(received):
+            continue
+        zeros = [k for k, g in enumerate(s.grad_inputs) if g is not None and g.norm == 0 and g.max_abs == 0]
+        if zeros:
+            return Stop("zero", s, f"{where(s)} received a gradient of norm {received:.4g} and sent exactly zero "
+                                   f"to input {', '.join(map(str, zeros))}: its local derivative is zero there")
+    return Stop("zero", None, f"never hit: no step of {len(rec.steps)} turned a non-zero gradient into an "
+                              "exactly-zero one")
+
+
+def first_above(rec: BackwardRecording, threshold: float) -> Stop:
+    """The first step that received or sent a gradient whose norm is above ``threshold``."""
+    if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
+        raise GradvizError(f"rec.find('above', threshold=...): give a finite number >= 0, got {threshold!r}.")
+    where = _Where(rec)
+    for s in rec.steps:
+        for label, grads in (("received", s.grad_outputs), ("sent", s.grad_inputs)):
+            big = [(k, g.norm) for k, g in enumerate(grads) if g is not None and g.norm > threshold]
+            if big:
+                k, norm = big[0]
+                side = "for output" if label == "received" else "to input"
+                return Stop("above", s, f"{where(s)} {label} a gradient of norm {norm:.4g} {side} {k}, "
+                                        f"above {threshold:.4g}")
+    return Stop("above", None, f"never hit: every gradient of {len(rec.steps)} steps has norm <= {threshold:.4g}")
+
+
+def largest_jump(rec: BackwardRecording) -> Stop:
+    """The step whose sent gradient's norm differs most from the norm it received (by factor, either way)."""
+    where = _Where(rec)
+    best: tuple[float, Step, float, float] | None = None
+    for s in rec.steps:
+        received, sent = _norm(s.grad_outputs), _norm(s.grad_inputs)
+        if not (received > 0 and sent > 0 and math.isfinite(received) and math.isfinite(sent)):
+            continue
+        size = abs(math.log10(sent / received))
+        if best is None or size > best[0]:
+            best = (size, s, received, sent)
+    if best is None:
+        return Stop("jump", None, "never hit: no step both received and sent a finite, non-zero gradient")
+    _, s, received, sent = best
+    return Stop("jump", s, f"largest change of norm at {where(s)}: received {received:.4g}, sent {sent:.4g} "
+                           f"(x{sent / received:.4g})")
+
+
+def module_span(rec: BackwardRecording, module: str) -> Stop:
+    """The first and last backward step inside a module box (by call id or module path)."""
+    calls = rec.graph.calls
+    chosen = {c["id"] for c in calls if module in (c["id"], c["path"])}
+    if not chosen:
+        known = ", ".join(sorted({c["path"] for c in calls})[:8]) or "none (trace under gv.capture)"
+        raise GradvizError(f"rec.find(module={module!r}): no module call of that name in the recorded graph; "
+                           f"module paths there: {known}.")
+    tree, nodes, where = CallTree(calls), rec.graph.nx.nodes, _Where(rec)
+    inside = [s for s in rec.steps if tree.inside(nodes[s.node].get("call") or "", chosen)]
+    if not inside:
+        return Stop("module", None, f"never hit: backward ran no step inside {module}")
+    first, last = inside[0], inside[-1]
+    return Stop("module", first, f"{module}: {len(inside)} backward steps, first {where(first)}, last "
+                                 f"{where(last)}", last=last)
+
+
+def leaf_span(rec: BackwardRecording, name: str) -> Stop:
+    """A leaf's first and last delivery: the steps where autograd accumulated into it."""
+    node = rec.graph.find(name)
+    if rec.graph.nx.nodes[node]["kind"] != "leaf":
+        raise GradvizError(f"rec.find(leaf={name!r}): that is not a leaf of the recorded graph; give a parameter "
+                           "name or a leaf's node id.")
+    where = _Where(rec)
+    steps = [s for s in rec.steps if s.node == node]
+    if not steps:
+        return Stop("leaf", None, f"never hit: no gradient was delivered to {name} in the recorded passes")
+
+    def got(s: Step) -> str:
+        g = s.grad_outputs[0] if s.grad_outputs else None
+        return f"norm {g.norm:.4g}" if g is not None else "no gradient"
+
+    first, last = steps[0], steps[-1]
+    text = f"{name}: first delivery at {where(first)} ({got(first)})"
+    if last is not first:
+        text += f", last at {where(last)} ({got(last)}), {len(steps)} in all"
+    return Stop("leaf", first, text, last=last)
+
+
+def find(rec: BackwardRecording, rule: str = "", *, threshold: float | None = None, module: str = "",
+         leaf: str = "") -> Stop:
+    """``rule``: "nonfinite", "zero", "above" (with ``threshold``) or "jump"; or ``module=`` / ``leaf=``."""
+    if module:
+        return module_span(rec, module)
+    if leaf:
+        return leaf_span(rec, leaf)
+    if rule == "above":
+        if threshold is None:
+            raise GradvizError("rec.find('above') needs threshold=: the gradient norm to stop above.")
+        return first_above(rec, threshold)
+    rules = {"nonfinite": first_nonfinite, "zero": first_zero, "jump": largest_jump}
+    if rule not in rules:
+        raise GradvizError(f"rec.find({rule!r}): give one of {', '.join(repr(r) for r in RULES[:4])}, or "
+                           "module='path' / leaf='name'.")
+    return rules[rule](rec)
