@@ -230,7 +230,7 @@ class BackwardRecording:
         ``"zero"`` (the first exactly-zero gradient sent for a non-zero one received), ``"above"`` with
         ``threshold=`` (the first gradient norm above it), ``"jump"`` (the largest change of norm from what a
         node received to what it sent); or ``module="blocks.3"`` / ``leaf="fc1.weight"`` (first and last
-        step). ``stop.hit`` is False when it never fires; ``w.cursor = stop.index`` shows it in the stepper.
+        step). ``stop.hit`` is False when it never fires; ``w.step = stop.index`` shows it in the stepper.
 
         Example::
 

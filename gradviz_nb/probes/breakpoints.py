@@ -44,7 +44,7 @@ class Stop:
 
     @property
     def index(self) -> int:
-        """The stepper's cursor for this stop (``w.cursor = stop.index``); -1 when it never fired."""
+        """The stepper's step for this stop (``w.step = stop.index``); -1 when it never fired."""
         return self.step.index if self.step is not None else -1
 
     @property
