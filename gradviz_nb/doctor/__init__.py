@@ -18,10 +18,12 @@ from torch import nn
 
 from gradviz_nb.doctor.checks import CHECKS, Observed
 from gradviz_nb.doctor.findings import Diagnosis, Finding
-from gradviz_nb.doctor.observe import StepRecord, observe_step
+from gradviz_nb.doctor.observe import Sightings, StepRecord, observe_step
+from gradviz_nb.doctor.registration import unregistered
 from gradviz_nb.doctor.state import TrainingState
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import rank
+from gradviz_nb.probes.sandbox import Snapshot
 from gradviz_nb.tracing.compiled import unwrap_compiled
 from gradviz_nb.validate import boolean, not_meta, positive_int
 
@@ -56,9 +58,11 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
     saved = TrainingState.save(model, optimizer)
     records: list[StepRecord] = []
     origin: Finding | None = None
+    extras: list[Snapshot] = []  # optimizers and schedulers the step touches that were not passed in
+    seen = _sightings(step, model, optimizer, extras)
     try:
         for i in range(1, steps + 1):
-            records.append(observe_step(step, model, optimizer, i, records[-1] if records else None))
+            records.append(observe_step(step, model, optimizer, i, records[-1] if records else None, seen))
             if records[-1].error is not None:
                 break
         bad = next((r for r in records if _nonfinite(r)), None)
@@ -66,9 +70,9 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
             origin = _nan_origin(step, model, saved, bad)
     finally:
         if restore:
-            saved.restore()
+            _restore(extras, saved)
     failed = records[-1].error if records else None
-    findings = _diagnose(records, model, optimizer)
+    findings = _diagnose(records, model, optimizer, seen)
     if origin is not None:  # the birth explains every NaN gradient downstream of it
         findings = [origin, *(f for f in findings if f.kind != "nan")]
     if failed is not None and not any(f.kind == "inplace" for f in findings):
@@ -77,6 +81,56 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
         "the step ran no backward (no loss.backward()): only the model's structure was checked"]
     first = next((r for r in records if r.graph is not None), None)
     return Diagnosis(findings, len(records), restore, first.graph if first else None, notes)
+
+
+def _sightings(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None,
+               extras: list[Snapshot]) -> Sightings:
+    """Names for the optimizers the step's variables hold, and a snapshot of each optimizer or scheduler the
+    step touches that the doctor was not given, taken before its first touch."""
+    done: set[int] = {id(optimizer)} if optimizer is not None else set()
+
+    def on_sight(obj: object) -> None:
+        if id(obj) in done:
+            return
+        done.add(id(obj))
+        if isinstance(obj, torch.optim.Optimizer):
+            mine = {id(p) for p in model.parameters()}
+            outside = [p for g in obj.param_groups for p in g["params"] if id(p) not in mine]
+            extras.append(Snapshot(None, obj, tensors=outside))
+        else:
+            extras.append(Snapshot(None, schedulers=[obj]))
+
+    extra = {n: t for u in unregistered(model) for n, t in u.tensors.items()}
+    return Sightings(_variable_names(step), {}, on_sight, extra)
+
+
+def _variable_names(step: Callable[[], Any]) -> dict[int, str]:
+    """``id(object) -> name`` for what ``step`` reads from its closure and its module's globals."""
+    code = getattr(step, "__code__", None)
+    if code is None:
+        return {}
+    out: dict[int, str] = {}
+    for name, cell in zip(code.co_freevars, getattr(step, "__closure__", None) or (), strict=False):
+        try:
+            out.setdefault(id(cell.cell_contents), name)
+        except ValueError:  # an empty cell
+            continue
+    glob = getattr(step, "__globals__", {})
+    for name in code.co_names:
+        if name in glob:
+            out.setdefault(id(glob[name]), name)
+    return out
+
+
+def _restore(extras: list[Snapshot], saved: TrainingState) -> None:
+    """The late snapshots first (newest first), then the doctor's own, which puts every global back last."""
+    try:
+        for snap in reversed(extras):
+            snap.restore()
+    finally:
+        saved.restore()
+        for snap in extras:
+            snap.release()
 
 
 def _nonfinite(rec: StepRecord) -> bool:
@@ -139,8 +193,9 @@ def _check(step: object, model: object, optimizer: object, steps: int) -> None:
     positive_int("steps", steps, hi=MAX_STEPS, hint="2 lets stale gradients show; more is a training run.")
 
 
-def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Finding]:
-    observed = Observed(records, model, optimizer)
+def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None,
+              seen: Sightings) -> list[Finding]:
+    observed = Observed(records, model, optimizer, seen)
     found = [finding for check in CHECKS for finding in check(observed)]
     unique = {(f.kind, f.target): f for f in found}
     return sorted(unique.values(), key=lambda f: (rank(f.kind), f.step))

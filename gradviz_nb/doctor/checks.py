@@ -11,14 +11,22 @@ import math
 import re
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
 from torch import nn
 
+from gradviz_nb.doctor.checks_steps import (
+    check_double_backward,
+    check_recreated,
+    check_two_optimizers,
+    check_unscaled_accumulation,
+    check_zero_grad_before_step,
+)
 from gradviz_nb.doctor.findings import Finding
-from gradviz_nb.doctor.observe import StepRecord
+from gradviz_nb.doctor.observe import Sightings, StepRecord
+from gradviz_nb.doctor.registration import Unregistered, unregistered
 from gradviz_nb.kinds import fix_for
 from gradviz_nb.probes.flow import Flag
 from gradviz_nb.probes.optimizer_check import optimizer_roles
@@ -36,12 +44,23 @@ class Observed:
     records: list[StepRecord]
     model: nn.Module
     optimizer: torch.optim.Optimizer | None
+    seen: Sightings = field(default_factory=Sightings)
+
+    @cached_property
+    def others(self) -> list[torch.optim.Optimizer]:
+        """Optimizers the steps touched besides the one passed in (seen by torch's global optimizer hooks)."""
+        return [o for o in self.seen.known.values() if o is not self.optimizer]
+
+    @cached_property
+    def recreated(self) -> set[str]:
+        """Parameters a new object replaced during a step (the recreated-parameter check names them)."""
+        return {n for r in self.records for n in r.events.recreated}
 
     @cached_property
     def not_in_optimizer(self) -> set[str]:
         """Parameters the optimizer does not step (their stale .grad is not blamed on a missing zero_grad)."""
-        return {f.target for f in optimizer_findings(self.records, self.model, self.optimizer)
-                if f.kind == "not-in-optimizer"}
+        return {f.target for f in optimizer_findings(self.records, self.model, self.optimizer, self.others,
+                                                     self.recreated) if f.kind == "not-in-optimizer"}
 
 
 Check = Callable[[Observed], list[Finding]]
@@ -97,12 +116,16 @@ def findings_from_flow(rec: StepRecord) -> list[Finding]:
     return out
 
 
-def optimizer_findings(records: list[StepRecord], model: nn.Module,
-                       optimizer: torch.optim.Optimizer | None) -> list[Finding]:
+def optimizer_findings(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                       others: list[torch.optim.Optimizer] | tuple[()] = (), skip: set[str] | None = None
+                       ) -> list[Finding]:
     """``frozen`` and ``not-in-optimizer``: from the param groups when the optimizer is given, else from
-    what the step did (a parameter with a gradient that never moved while others did)."""
+    what the step did (a parameter with a gradient that never moved while others did). A parameter one of
+    ``others`` (optimizers the step also stepped) holds is held; ``skip``: names another check explains."""
     named = dict(model.named_parameters())
-    with_grad = {n for rec in records if rec.flow for p in rec.flow.params if p.has_grad for n in p.names}
+    held_elsewhere = {id(p) for o in others for g in o.param_groups for p in g["params"]}
+    with_grad = {n for rec in records if rec.flow for p in rec.flow.params if p.has_grad for n in p.names
+                 if n not in (skip or set()) and (n not in named or id(named[n]) not in held_elsewhere)}
     moved = set().union(*(rec.moved for rec in records)) if records else set()
     last = records[-1] if records else None
 
@@ -244,29 +267,55 @@ def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
     return []
 
 
-def not_a_parameter(model: nn.Module) -> list[Finding]:
-    """Tensors that require grad but are plain attributes, and modules kept in plain lists or dicts:
-    ``parameters()`` misses both, so the optimizer never sees them."""
+def not_a_parameter(model: nn.Module, records: list[StepRecord] = (),  # type: ignore[assignment]
+                    optimizers: Iterable[torch.optim.Optimizer] = ()) -> list[Finding]:
+    """Weights ``parameters()`` misses (:mod:`gradviz_nb.doctor.registration`): a leaf tensor that requires
+    grad kept as a plain attribute, in a plain list / dict, or as a buffer, and modules in a plain container.
+    Named when backward gave it a gradient (or, with no backward observed, from the structure alone) and no
+    optimizer holds it. A tensor with a ``grad_fn`` (a loss kept on the module) is a value and never named."""
+    held = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
+    got: dict[str, float] = {}
+    for rec in records:
+        for b in rec.events.backwards:
+            for n, v in b.contrib.items():
+                got[n] = max(got.get(n, 0.0), v)
+    backward_ran = any(r.events.backwards for r in records)
     out = []
-    for path, module in model.named_modules():
-        for attr, value in vars(module).items():
-            where = f"{path}.{attr}" if path else attr
-            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter) and value.requires_grad:
-                out.append(Finding("not-a-parameter", where, "a tensor that requires grad but is not an "
-                                   "nn.Parameter", f"{type(module).__name__}.{attr} is a plain tensor attribute "
-                                   f"{tuple(value.shape)}: model.parameters() and the optimizer do not see it",
-                                   f"self.{attr} = nn.Parameter(...)", 1))
-            elif isinstance(value, (list, tuple, dict)) and not attr.startswith("_"):
-                items = value.values() if isinstance(value, dict) else value
-                mods = [m for m in items if isinstance(m, nn.Module)]
-                if mods:
-                    n = sum(p.numel() for m in mods for p in m.parameters())
-                    holder = "nn.ModuleDict" if isinstance(value, dict) else "nn.ModuleList"
-                    out.append(Finding("not-a-parameter", where, f"modules kept in a plain {type(value).__name__}",
-                                       f"{type(module).__name__}.{attr} holds {len(mods)} modules ({n:,} "
-                                       "parameters) that model.parameters() and the optimizer do not see",
-                                       f"self.{attr} = {holder}(...)", 1))
+    for u in unregistered(model):
+        fed = {n: got[n] for n in u.tensors if n in got}
+        if (backward_ran and not fed) or all(id(t) in held for t in u.tensors.values()):
+            continue
+        out.append(_unregistered_finding(u, fed, backward_ran))
     return out
+
+
+def _unregistered_finding(u: Unregistered, fed: dict[str, float], backward_ran: bool) -> Finding:
+    first = next(iter(u.tensors.values()))
+    over = f" over {len(fed)} tensors" if len(fed) > 1 else ""
+    grad = (f"backward gave it a gradient (|g| {max(fed.values()):.3g}{over})" if fed
+            else "no backward ran to show whether it gets a gradient")
+    tail = f"; {grad}, and no optimizer holds it, so it never moves"
+    if u.how == "modules":
+        n = sum(t.numel() for t in u.tensors.values())
+        holder = "nn.ModuleDict" if u.path and "'" in next(iter(u.tensors)) else "nn.ModuleList"
+        return Finding("not-a-parameter", u.path, "modules kept in a plain container",
+                       f"{u.owner}.{u.attr} holds {u.modules} modules ({n:,} parameters) that model.parameters() "
+                       "and the optimizer do not see" + tail, f"self.{u.attr} = {holder}(...)", 1)
+    if u.how == "buffer":
+        return Finding("not-a-parameter", u.path, "a buffer that requires grad: a weight registered as a buffer",
+                       f"{u.owner}.{u.attr} is a buffer {tuple(first.shape)} with requires_grad=True: it is in "
+                       "state_dict() but not in model.parameters()" + tail,
+                       f"self.{u.attr} = nn.Parameter(...) instead of register_buffer (or requires_grad=False if "
+                       "it is a constant)", 1)
+    if u.how == "attribute":
+        return Finding("not-a-parameter", u.path, "a tensor that requires grad but is not an nn.Parameter",
+                       f"{u.owner}.{u.attr} is a plain leaf tensor {tuple(first.shape)}: model.parameters() and the "
+                       "optimizer do not see it" + tail, f"self.{u.attr} = nn.Parameter(...)", 1)
+    holder = "nn.ParameterDict" if u.how == "dict" else "nn.ParameterList"
+    return Finding("not-a-parameter", u.path, f"weights kept in a plain {u.how}",
+                   f"{u.owner}.{u.attr} holds {len(u.tensors)} leaf tensors that require grad "
+                   f"({', '.join(list(u.tensors)[:3])}): model.parameters() and the optimizer do not see them" + tail,
+                   f"self.{u.attr} = {holder}(...)", 1)
 
 
 _INPLACE = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\], which is output (\d+) of (\w+), is at version (\d+); "
@@ -326,11 +375,11 @@ def check_flow(obs: Observed) -> list[Finding]:
 
 
 def check_optimizer(obs: Observed) -> list[Finding]:
-    return optimizer_findings(obs.records, obs.model, obs.optimizer)
+    return optimizer_findings(obs.records, obs.model, obs.optimizer, obs.others, obs.recreated)
 
 
 def check_stale(obs: Observed) -> list[Finding]:
-    return stale_findings(obs.records, obs.model, obs.optimizer, obs.not_in_optimizer)
+    return stale_findings(obs.records, obs.model, obs.optimizer, obs.not_in_optimizer | obs.recreated)
 
 
 def check_spike(obs: Observed) -> list[Finding]:
@@ -342,9 +391,11 @@ def check_mode(obs: Observed) -> list[Finding]:
 
 
 def check_registration(obs: Observed) -> list[Finding]:
-    return not_a_parameter(obs.model)
+    optimizers = [*([obs.optimizer] if obs.optimizer is not None else []), *obs.others]
+    return not_a_parameter(obs.model, obs.records, optimizers)
 
 
 CHECKS: tuple[Check, ...] = (check_inplace, check_flow, check_optimizer, check_stale, check_spike, check_mode,
-                             check_registration, check_causes)
+                             check_registration, check_double_backward, check_unscaled_accumulation,
+                             check_two_optimizers, check_zero_grad_before_step, check_recreated, check_causes)
 """Every check the doctor runs, in order (findings are then sorted by the kinds' rank)."""

@@ -4,9 +4,11 @@ The step is the user's own code, so the doctor cannot be told where the loss is.
 ``torch.autograd.backward`` (which ``loss.backward()`` calls) is wrapped while the step runs, so the
 doctor sees each backward's root, traces its graph before the engine frees it, checks whether
 ``.grad`` was cleared since the previous step, and reads the gradients right after backward, before
-the optimizer or a ``zero_grad()`` can change them; with the optimizer given, again just before its
-``step()``, when the gradients are final (accumulated, unscaled by a GradScaler, clipped). Everything is
-undone when the step returns or raises.
+the optimizer or a ``zero_grad()`` can change them, and again just before each optimizer's ``step()``,
+when they are final (accumulated, unscaled by a GradScaler, clipped). The step's arithmetic (every
+backward's contribution, every ``zero_grad()``, every optimizer and scheduler step, the update each tensor
+received) is recorded by :class:`~gradviz_nb.doctor.steps.StepWatch`. Everything is undone when the step
+returns or raises.
 """
 
 from __future__ import annotations
@@ -18,18 +20,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.optim.optimizer as optimizer_globals
 from torch import nn
 
+from gradviz_nb.doctor.steps import StepEvents, StepWatch
 from gradviz_nb.probes.flow import GradientFlow, gradient_flow
 from gradviz_nb.probes.sharded import reshard_fsdp
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
 
-__all__ = ["StepRecord", "observe_step"]
+__all__ = ["Sightings", "StepRecord", "observe_step"]
 
 
 @dataclass
 class StepRecord:
-    """What one observed step did."""
+    """What one observed step did. ``backwards``, ``loss``, ``graph`` and ``flow`` describe the first
+    backward (``flow`` is refreshed at each later backward, and just before an optimizer step unless that step
+    found the gradients cleared); ``events`` holds every backward, zero_grad and optimizer/scheduler step."""
 
     index: int
     backwards: int = 0
@@ -43,6 +49,18 @@ class StepRecord:
     moved: set[str] = field(default_factory=set)  # parameters whose value changed during the step
     error: BaseException | None = None
     grads_after: dict[str, tuple[weakref.ref[torch.Tensor], int]] = field(default_factory=dict)
+    events: StepEvents = field(default_factory=StepEvents)
+
+
+@dataclass
+class Sightings:
+    """What the doctor learns across steps: names for optimizers (from the step function's variables), the
+    optimizers touched so far, and ``on_sight`` (called before an optimizer or scheduler is first touched)."""
+
+    labels: dict[int, str] = field(default_factory=dict)
+    known: dict[int, torch.optim.Optimizer] = field(default_factory=dict)
+    on_sight: Callable[[object], None] = lambda _: None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # weights outside model.parameters()
 
 
 def _grad_marks(named: dict[str, nn.Parameter]) -> dict[str, tuple[weakref.ref[torch.Tensor], int]]:
@@ -66,55 +84,71 @@ def _watch_backward(on_backward: Callable[[Any, Callable[[], None]], None]) -> I
 
 
 def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int,
-                 previous: StepRecord | None) -> StepRecord:
+                 previous: StepRecord | None, seen: Sightings | None = None) -> StepRecord:
     """Run ``step()`` once, watching every backward it makes; exceptions are kept in ``.error``."""
+    seen = seen if seen is not None else Sightings()
+    if optimizer is not None:
+        seen.known.setdefault(id(optimizer), optimizer)
     named = dict(model.named_parameters())
     rec = StepRecord(index)
     before = {n: p.detach().clone() for n, p in named.items()}
+    watch = StepWatch(model, seen.extra, seen.labels, seen.known, seen.on_sight)
+    rec.events = watch.ev
+
+    def flow() -> GradientFlow:
+        return gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
 
     def on_backward(tensors: Any, run: Callable[[], None]) -> None:
         assert rec.cap is not None
+        root = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
         with rec.cap.paused():
-            _before_backward(tensors)
-        run()
-        with rec.cap.paused():
-            rec.grads_after = _grad_marks(named)
-            rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
-
-    def _before_backward(tensors: Any) -> None:
-        rec.backwards += 1
-        first = rec.backwards == 1
-        if first:
-            rec.training_at_backward = model.training
-            root = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
-            if isinstance(root, torch.Tensor) and root.grad_fn is not None:
-                rec.loss = float(root.detach().float().sum()) if root.numel() else None
-                rec.graph = trace(root, model=model, capture=rec.cap)
-            marks = previous.grads_after if previous is not None else {}
-            for n, (ref, version) in marks.items():
-                g = named[n].grad
-                if g is not None and ref() is g and g._version == version:
-                    rec.stale[n] = version
-
-    def before_optimizer_step(*_: Any) -> None:
-        # The gradients as the optimizer will use them: accumulated, unscaled by a GradScaler, clipped.
-        if rec.backwards and rec.cap is not None:
+            _before_backward(root)
+            done = watch.before_backward(root)
+        try:
+            run()
+        finally:
             with rec.cap.paused():
-                rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
+                done(rec.graph if rec.backwards == 1 else None)
+        with rec.cap.paused():
+            rec.grads_after = _grad_marks(dict(model.named_parameters()))
+            rec.flow = flow()
 
-    hook = optimizer.register_step_pre_hook(before_optimizer_step) if optimizer is not None else None
+    def _before_backward(root: Any) -> None:
+        rec.backwards += 1
+        if rec.backwards != 1:
+            return
+        rec.training_at_backward = model.training
+        if isinstance(root, torch.Tensor) and root.grad_fn is not None:
+            rec.loss = float(root.detach().float().sum()) if root.numel() else None
+            rec.graph = trace(root, model=model, capture=rec.cap, names=seen.extra or None)
+        marks = previous.grads_after if previous is not None else {}
+        for n, (ref, version) in marks.items():
+            g = named[n].grad if n in named else None
+            if g is not None and ref() is g and g._version == version:
+                rec.stale[n] = version
+
+    def before_optimizer_step(opt: Any, *_: Any) -> None:
+        # The gradients as the optimizer will use them: accumulated, unscaled by a GradScaler, clipped; not
+        # when this step found them cleared (a zero_grad before step), where backward's are the evidence.
+        last = watch.ev.optimizer_steps[-1] if watch.ev.optimizer_steps else None
+        if rec.backwards and rec.cap is not None and opt is optimizer and not (last and last.zeroed):
+            with rec.cap.paused():
+                rec.flow = flow()
+
     rec.training_at_forward = model.training
     with capture(model) as cap:
         rec.cap = cap
-        with _watch_backward(on_backward):
+        with watch.installed(), _watch_backward(on_backward):
+            hook = optimizer_globals.register_optimizer_step_pre_hook(before_optimizer_step)
             try:
                 step()
             except Exception as err:  # the doctor reports it; the state is restored by the caller
                 rec.error = err
             finally:
-                if hook is not None:
-                    hook.remove()
+                hook.remove()
+        watch.finish()
     if reshard_fsdp(model):  # a step without backward under FSDP2 ends unsharded: compare shards with shards
         named = dict(model.named_parameters())
-    rec.moved = {n for n, p in named.items() if not torch.equal(p.detach(), before[n])}
+    rec.moved = {n for n, p in named.items() if n in before and p.shape == before[n].shape
+                 and not torch.equal(p.detach(), before[n])}
     return rec

@@ -15,17 +15,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradviz_nb.doctor.registration import unregistered
 from gradviz_nb.probes.sandbox import Snapshot
 
 __all__ = ["TrainingState", "describe_differences"]
 
 
 class TrainingState(Snapshot):
-    """A restorable copy of a model's (and optimizer's) training state (a sandbox :class:`Snapshot`)."""
+    """A restorable copy of a model's (and optimizer's) training state (a sandbox :class:`Snapshot`), with
+    the weights the model holds outside ``parameters()`` (plain lists, requires-grad buffers): a step gives
+    them a ``.grad`` too."""
 
     @classmethod
     def save(cls, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> TrainingState:
-        return cls(model, optimizer)
+        extra = [t for u in unregistered(model) for t in u.tensors.values()]
+        return cls(model, optimizer, tensors=extra)
 
 
 def describe_differences(before: Snapshot, after: Snapshot) -> list[str]:

@@ -1,0 +1,470 @@
+"""The arithmetic of one training step, event by event: every backward, ``zero_grad()``, optimizer and scheduler step.
+
+:class:`StepWatch` is installed around one run of the user's step (by :mod:`gradviz_nb.doctor.observe`) and
+records, in order:
+
+- each backward: its loss value, the numbers the loss was multiplied or divided by on its way to
+  ``backward()`` (seen by a ``TorchFunctionMode`` on one-element tensors), which model forward it followed
+  and that forward's input fingerprint, and each tensor's gradient *contribution* (the ``.grad`` delta it
+  added, as an L2 norm);
+- each ``zero_grad()`` of any optimizer or module (a patch of ``torch.optim.Optimizer.zero_grad`` and
+  ``nn.Module.zero_grad``) with its source line;
+- each step of ANY optimizer (torch's global optimizer step pre/post hooks): the gradient it used, the
+  value change each tensor really received, what the optimizer's rule gives for that gradient, and the
+  tensors a backward of this step fed that were ``None`` or zero again when it stepped;
+- each LR scheduler step (a patch of ``step`` on the scheduler classes), with the learning rates around it.
+
+Every hook and patch is removed in ``finally``, also when the step raises. ``on_sight`` is called with each
+optimizer and scheduler the first time it is touched, before the touch, so the doctor can snapshot it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.optim.optimizer as optimizer_globals
+from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["Backward", "Foreign", "OptimizerStep", "SchedulerStep", "StepEvents", "StepWatch", "ZeroGrad",
+           "caller_line"]
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gradviz_nb/
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__))
+
+
+def caller_line() -> str:
+    """``file.py:LINE`` of the innermost frame outside torch and gradviz_nb (the user's code)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        inside_lib = path.startswith(_HERE) and "bugzoo" not in path
+        if not inside_lib and not path.startswith(_TORCH) and not path.startswith("<"):
+            return f"{os.path.basename(path)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
+
+
+@dataclass
+class Backward:
+    """One backward call: ``loss`` value, ``scale`` (product of the numbers the loss was multiplied or divided
+    by before backward, 1.0 when none was seen) with the lines that did it, ``forward`` (how many model forwards
+    had run in the step when it started), ``batch`` (that forward's input fingerprint), ``repeat_of`` (index
+    of an earlier backward of this step on the very same loss tensor), ``contrib`` (name -> L2 norm of the
+    ``.grad`` delta it added)."""
+
+    order: int
+    index: int
+    loss: float | None
+    scale: float = 1.0
+    scale_lines: tuple[str, ...] = ()
+    forward: int = 0
+    batch: tuple[Any, ...] | None = None
+    repeat_of: int | None = None
+    contrib: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ZeroGrad:
+    """One ``zero_grad()`` call: ``who`` (``"SGD.zero_grad()"``, ``"model.zero_grad()"``) at ``line``."""
+
+    order: int
+    who: str
+    line: str
+
+
+@dataclass
+class OptimizerStep:
+    """One ``optimizer.step()``: per tensor it held with a gradient, the gradient norm it used, the value
+    change it made (norm and largest element), the learning rate, and ``rule``: for SGD without a momentum
+    history the update norm its rule gives (``lr * |g + wd * p|``), for Adam-family optimizers on their first
+    step the per-element bound (``lr``, plus AdamW's decay); NaN when the rule gives no such number.
+    ``zeroed``: tensors a backward of this step fed whose ``.grad`` was None or zero here (name -> how)."""
+
+    order: int
+    label: str
+    kind: str
+    key: int
+    lr: dict[str, float] = field(default_factory=dict)
+    grad: dict[str, float] = field(default_factory=dict)
+    update: dict[str, float] = field(default_factory=dict)
+    update_max: dict[str, float] = field(default_factory=dict)
+    rule: dict[str, float] = field(default_factory=dict)
+    rule_is_bound: bool = False
+    zeroed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SchedulerStep:
+    order: int
+    label: str
+    lr_before: list[float]
+    lr_after: list[float]
+
+
+@dataclass
+class Foreign:
+    """An ``nn.Parameter`` leaf of a backward's graph that the model does not hold: its shape, the module call
+    that used it, the object (weakly) and its gradient norm after the step."""
+
+    shape: tuple[int, ...]
+    call: str
+    ref: weakref.ref[torch.Tensor]
+    grad: float = 0.0
+
+
+@dataclass
+class StepEvents:
+    """Everything :class:`StepWatch` saw in one step (see the module docstring)."""
+
+    backwards: list[Backward] = field(default_factory=list)
+    zeros: list[ZeroGrad] = field(default_factory=list)
+    optimizer_steps: list[OptimizerStep] = field(default_factory=list)
+    scheduler_steps: list[SchedulerStep] = field(default_factory=list)
+    forwards: int = 0
+    recreated: dict[str, int] = field(default_factory=dict)  # parameter name -> id of the object it started as
+    recreated_held: dict[str, bool] = field(default_factory=dict)  # ... and whether an optimizer holds the new one
+    foreign: list[Foreign] = field(default_factory=list)  # nn.Parameter leaves of the graph the model does not hold
+    optimizers: dict[int, torch.optim.Optimizer] = field(default_factory=dict)
+    labels: dict[int, str] = field(default_factory=dict)  # optimizer id -> label
+
+
+_DIV = {torch.Tensor.div, torch.Tensor.div_, torch.Tensor.true_divide, torch.div, torch.true_divide}
+_MUL = {torch.Tensor.mul, torch.Tensor.mul_, torch.mul}
+_ADD = {torch.Tensor.add, torch.Tensor.add_, torch.add}
+
+
+class _ScaleMode(TorchFunctionMode):
+    """Follows one-element tensors that require grad through multiplications and divisions by a number, so a
+    backward can say what its loss was scaled by (``loss / accumulation_steps``) and where."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[int, tuple[weakref.ref[torch.Tensor], float, tuple[str, ...]]] = {}
+
+    def lookup(self, t: object) -> tuple[float, tuple[str, ...]] | None:
+        hit = self.seen.get(id(t))
+        return (hit[1], hit[2]) if hit is not None and hit[0]() is t else None
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if (func in _DIV or func in _MUL or func in _ADD) and isinstance(out, torch.Tensor) and len(args) == 2 \
+                and out.requires_grad and out.numel() == 1 and not torch.compiler.is_compiling():
+            self._note(func, args, out)
+        return out
+
+    def _note(self, func: Any, args: Any, out: torch.Tensor) -> None:
+        a, b = args
+        if not isinstance(a, torch.Tensor):
+            a, b = b, a
+        base = self.lookup(a)
+        if func in _ADD:
+            other = self.lookup(b) if isinstance(b, torch.Tensor) else base
+            if base is None or other is None or abs(base[0] - other[0]) > 1e-6 * abs(base[0]):
+                return
+            self.seen[id(out)] = (weakref.ref(out), base[0], base[1])
+            return
+        f0, lines = base if base is not None else (1.0, ())
+        number = float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else None
+        if number is None and isinstance(b, torch.Tensor) and b.numel() == 1 and not b.requires_grad \
+                and func in _DIV:
+            number = float(b)  # a divisor held in a tensor
+        if number is None or number == 0:
+            if isinstance(b, torch.Tensor) and not b.requires_grad:  # a GradScaler's scale: follow, not counted
+                self.seen[id(out)] = (weakref.ref(out), f0, lines)
+            return
+        factor = 1 / number if func in _DIV else number
+        self.seen[id(out)] = (weakref.ref(out), f0 * factor, (*lines, caller_line()))
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(t, "to_local", None)  # a DTensor shard: this rank's part
+    return to_local() if callable(to_local) else t
+
+
+def _norm(t: torch.Tensor) -> float:
+    t = _local(t).detach()
+    if t.is_sparse:
+        t = t.coalesce().values()
+    return float(t.float().norm()) if t.is_floating_point() or t.is_complex() else 0.0
+
+
+def _fingerprint(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Shapes and two checksums of a forward's tensor inputs: the same batch gives the same fingerprint."""
+    out = []
+    for v in [*args, *kwargs.values()][:8]:
+        if isinstance(v, torch.Tensor) and v.device.type != "meta" and v.numel() <= 10_000_000 \
+                and not hasattr(v, "to_local"):
+            with torch.no_grad():
+                d = v.detach().double()
+                out.append((tuple(v.shape), float(d.sum()), float(d.abs().sum())))
+    return tuple(out)
+
+
+def _lr(group: dict[str, Any]) -> float:
+    lr = group.get("lr", 0.0)
+    return float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+
+
+_ADAM = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "SparseAdam")
+
+
+class StepWatch:
+    """Records one step's :class:`StepEvents` while :meth:`installed` is active (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, extra: dict[str, torch.Tensor], labels: dict[int, str],
+                 known: dict[int, torch.optim.Optimizer], on_sight: Callable[[object], None]) -> None:
+        self.model, self.extra, self._labels, self._known = model, extra, labels, known
+        self._sight = on_sight
+        self.ev = StepEvents()
+        self._order = 0
+        self.start = dict(model.named_parameters())
+        self._scales = _ScaleMode()
+        self._batch: tuple[Any, ...] | None = None
+        self._roots: list[weakref.ref[torch.Tensor]] = []
+        self._pending: dict[int, list[tuple[str, torch.Tensor, torch.Tensor, dict[str, Any], bool]]] = {}
+        self._depth = 0
+
+    def _next(self) -> int:
+        self._order += 1
+        return self._order
+
+    def on_sight(self, obj: object) -> None:
+        if isinstance(obj, torch.optim.Optimizer):
+            self._known.setdefault(id(obj), obj)
+        self._sight(obj)
+
+    def label(self, opt: object) -> str:
+        name = self._labels.get(id(opt))
+        return f"{name} ({type(opt).__name__})" if name else type(opt).__name__
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor whose gradient is followed, by name: the model's parameters as they are now, the
+        originals of any the step replaced, the weights outside ``parameters()``, and what optimizers hold."""
+        out = dict(self.extra)
+        now = dict(self.model.named_parameters())
+        out.update(now)
+        ids = {id(t) for t in out.values()}
+        for n, p in self.start.items():
+            if id(p) not in ids:
+                out[f"{n} (original)"] = p
+                ids.add(id(p))
+        for opt in self._known.values():
+            for gi, g in enumerate(opt.param_groups):
+                for pi, p in enumerate(g["params"]):
+                    if id(p) not in ids:
+                        out[f"{self.label(opt)}.param_groups[{gi}][{pi}]"] = p
+                        ids.add(id(p))
+        return out
+
+    def check_recreated(self) -> None:
+        for n, p in self.model.named_parameters():
+            old = self.start.get(n)
+            if old is not None and old is not p and n not in self.ev.recreated:
+                self.ev.recreated[n] = id(old)
+
+    # -- backward -----------------------------------------------------------------------------------------
+    def before_backward(self, root: object) -> Callable[[Any], Backward]:
+        """Call before the engine runs; the returned function, called after it (with the traced graph or
+        None), makes the :class:`Backward` record."""
+        self.check_recreated()
+        order = self._next()
+        tensors = self.tensors()
+        before = {n: t.grad.detach().clone() for n, t in tensors.items() if t.grad is not None}
+        loss = None
+        repeat = None
+        scale: tuple[float, tuple[str, ...]] | None = None
+        if isinstance(root, torch.Tensor):
+            loss = float(root.detach().float().sum()) if root.numel() else None
+            repeat = next((i for i, r in enumerate(self._roots) if r() is root), None)
+            scale = self._scales.lookup(root)
+            self._roots.append(weakref.ref(root))
+        rec = Backward(order, len(self.ev.backwards), loss, *(scale or (1.0, ())), self.ev.forwards, self._batch,
+                       repeat)
+
+        def after(graph: Any) -> Backward:
+            for n, t in tensors.items():
+                g = t.grad
+                if g is None:
+                    continue
+                old = before.get(n)
+                delta = g if old is None or old.shape != g.shape or old.layout != g.layout else g - old
+                v = _norm(delta)
+                if v > 0:
+                    rec.contrib[n] = v
+            if graph is not None:
+                self._foreign(graph, {id(t) for t in tensors.values()})
+            self.ev.backwards.append(rec)
+            return rec
+
+        return after
+
+    def _foreign(self, graph: Any, known: set[int]) -> None:
+        for node, ref in getattr(graph, "tensors", {}).items():
+            t = ref()
+            if isinstance(t, nn.Parameter) and id(t) not in known:
+                where = str(graph.nx.nodes[node].get("call", "")) if node in graph.nx else ""
+                self.ev.foreign.append(Foreign(tuple(t.shape), where or "(model)", weakref.ref(t)))
+
+    def finish(self) -> None:
+        """After the step: gradients of the outside parameters, and which replaced parameters an optimizer
+        holds in their new form."""
+        self.check_recreated()
+        for f in self.ev.foreign:
+            t = f.ref()
+            f.grad = _norm(t.grad) if t is not None and t.grad is not None else 0.0
+        now = dict(self.model.named_parameters())
+        held = {id(p) for o in self._known.values() for g in o.param_groups for p in g["params"]}
+        for n in self.ev.recreated:
+            self.ev.recreated_held[n] = n in now and id(now[n]) in held
+
+    # -- forward, zero_grad, optimizers, schedulers -------------------------------------------------------
+    def _forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not torch.compiler.is_compiling():
+            self.ev.forwards += 1
+            self._batch = _fingerprint(args, kwargs)
+
+    def _zero(self, owner: object) -> None:
+        if isinstance(owner, torch.optim.Optimizer):
+            self.on_sight(owner)
+            who = f"{self._labels.get(id(owner)) or type(owner).__name__}.zero_grad()"
+        else:
+            who = f"{'model' if owner is self.model else type(owner).__name__}.zero_grad()"
+        self.ev.zeros.append(ZeroGrad(self._next(), who, caller_line()))
+
+    def _pre_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.on_sight(opt)
+        key = id(opt)
+        self.ev.optimizers[key] = opt
+        self.ev.labels.setdefault(key, self.label(opt))
+        names = {id(t): n for n, t in self.tensors().items()}
+        last = max((s.order for s in self.ev.optimizer_steps if s.key == key), default=0)
+        fed = {n for b in self.ev.backwards if b.order > last for n in b.contrib}
+        step = OptimizerStep(self._next(), self.ev.labels[key], type(opt).__name__, key)
+        pending = []
+        for g in opt.param_groups:
+            for p in g["params"]:
+                n = names.get(id(p), f"tensor {tuple(p.shape)}")
+                norm = _norm(p.grad) if p.grad is not None else 0.0
+                if norm == 0:
+                    if n in fed:
+                        step.zeroed[n] = "None" if p.grad is None else "all zeros"
+                    continue
+                state = opt.state.get(p, {})
+                fresh = not state or (state.get("momentum_buffer") is None and "step" not in state)
+                step.lr[n], step.grad[n] = _lr(g), norm
+                pending.append((n, p, p.detach().clone(), g, fresh))
+        self._pending[key] = pending
+        self.ev.optimizer_steps.append(step)
+
+    def _post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        step = next((s for s in reversed(self.ev.optimizer_steps) if s.key == id(opt)), None)
+        if step is None:
+            return
+        for n, p, before, group, fresh in self._pending.pop(id(opt), []):
+            with torch.no_grad():
+                delta = _local(p.detach()) - _local(before)
+                step.update[n] = _norm(delta)
+                step.update_max[n] = float(delta.abs().max()) if delta.numel() else 0.0
+            step.rule[n] = self._rule(step, n, p, before, group, fresh)
+        step.rule_is_bound = step.kind in _ADAM
+
+    @staticmethod
+    def _rule(step: OptimizerStep, n: str, p: torch.Tensor, before: torch.Tensor, group: dict[str, Any],
+              fresh: bool) -> float:
+        lr, wd = step.lr[n], float(group.get("weight_decay", 0.0) or 0.0)
+        if not fresh or p.grad is None:
+            return float("nan")
+        if step.kind == "SGD":
+            g = _local(p.grad.detach()).float()
+            if wd:
+                g = g + wd * _local(before).float()
+            nesterov = 1 + float(group.get("momentum", 0.0) or 0.0) if group.get("nesterov") else 1.0
+            return lr * nesterov * _norm(g)
+        if step.kind in _ADAM:
+            decay = lr * wd * float(_local(before).abs().max()) if step.kind == "AdamW" and before.numel() else 0.0
+            return lr + decay
+        return float("nan")
+
+    def _sched(self, sched: Any) -> None:
+        self.on_sight(sched)
+        opt = getattr(sched, "optimizer", None)
+        if opt is not None:
+            self.on_sight(opt)
+
+    # -- installing -----------------------------------------------------------------------------------------
+    @contextmanager
+    def installed(self) -> Iterator[StepWatch]:
+        """Every hook and patch for one step, removed on exit (also when the block raises)."""
+        with ExitStack() as stack:
+            hooks = [optimizer_globals.register_optimizer_step_pre_hook(self._pre_step),
+                     optimizer_globals.register_optimizer_step_post_hook(self._post_step),
+                     self.model.register_forward_pre_hook(self._forward, with_kwargs=True)]
+            for h in hooks:
+                stack.callback(h.remove)
+            stack.enter_context(_patched(torch.optim.Optimizer, "zero_grad", self._zero))
+            stack.enter_context(_patched(nn.Module, "zero_grad", self._zero))
+            for cls in _scheduler_classes():
+                stack.enter_context(self._scheduler_patch(cls))
+            stack.enter_context(self._scales)
+            yield self
+
+    @contextmanager
+    def _scheduler_patch(self, cls: type) -> Iterator[None]:
+        original = vars(cls)["step"]
+        watch = self
+
+        def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
+            watch._sched(sched)
+            if watch._depth:
+                return original(sched, *args, **kwargs)
+            opt = getattr(sched, "optimizer", None)
+            before = [_lr(g) for g in opt.param_groups] if opt is not None else []
+            watch._depth += 1
+            try:
+                return original(sched, *args, **kwargs)
+            finally:
+                watch._depth -= 1
+                after = [_lr(g) for g in opt.param_groups] if opt is not None else []
+                watch.ev.scheduler_steps.append(SchedulerStep(watch._next(), type(sched).__name__, before, after))
+
+        cls.step = step  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            cls.step = original  # type: ignore[attr-defined]
+
+
+def _scheduler_classes() -> list[type]:
+    out: list[type] = []
+    todo: list[type] = [LRScheduler]
+    while todo:
+        cls = todo.pop()
+        if "step" in vars(cls) and cls not in out:
+            out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+@contextmanager
+def _patched(cls: type, name: str, before: Callable[[object], None]) -> Iterator[None]:
+    """``cls.name`` calls ``before(self)`` first, until the block exits."""
+    original = vars(cls)[name]
+
+    def wrapper(self: object, *args: Any, **kwargs: Any) -> Any:
+        before(self)
+        return original(self, *args, **kwargs)
+
+    setattr(cls, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(cls, name, original)
