@@ -12,6 +12,7 @@ from gradviz_nb._version import __version__ as __version__
 from gradviz_nb.analysis.diff import GraphDiff, diff
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
 from gradviz_nb.doctor import Diagnosis, Finding, doctor
+from gradviz_nb.doctor.why import why
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.data import from_json, to_dot, to_graphml, to_json
 from gradviz_nb.export.html import export_html
@@ -52,6 +53,7 @@ __all__ = [
     "trace",
     "unwatch",
     "watch",
+    "why",
 ]
 
 

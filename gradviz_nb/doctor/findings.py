@@ -56,6 +56,13 @@ class Diagnosis:
     def of_kind(self, kind: str) -> list[Finding]:
         return [f for f in self.findings if f.kind == kind]
 
+    def why(self, name: str) -> Any:
+        """Why parameter ``name``'s gradient is missing, zero or tiny, as the doctor saw it (a
+        :class:`gradviz_nb.doctor.why.Why`; the same as ``gv.why(diagnosis, name)``)."""
+        from gradviz_nb.doctor.why import why
+
+        return why(self, name)
+
     def summary(self) -> str:
         head = (f"doctor: {self.steps} step{'s' if self.steps != 1 else ''} observed"
                 f"{', state restored' if self.restored else ''}: ")

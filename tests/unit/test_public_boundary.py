@@ -219,6 +219,9 @@ TABLE: dict[str, list[Target]] = {
         Target("gv.gradient_flow(model)", plain(gv.gradient_flow), {"model": never})],
     "doctor": [Target("gv.doctor", lambda tmp, **kw: doctor_call(**kw), {
         "step": never, "model": never, "optimizer": none, "steps": whole(1, 1000), "restore": boolean})],
+    "why": [Target("gv.why", lambda tmp, **kw: gv.why(**{"source": (g := graph()), "name": next(iter(g.leaves())),
+                                                         **kw}), {"source": never, "name": never, "fn": none,
+                                                                  "capture": none})],
     "find_nonfinite": [Target("gv.find_nonfinite", lambda tmp, **kw: gv.find_nonfinite(
         **{"fn": lambda: loss_of(m).backward(), "model": (m := model()), **kw}),
         {"fn": never, "model": none, "optimizer": none})],

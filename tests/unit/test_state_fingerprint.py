@@ -400,6 +400,18 @@ def _doctor(h: Host, f: Fault, _: Any, __: Path) -> None:
         gv.doctor(h.step, h.model, h.opt)
 
 
+def _one_frozen(h: Host) -> tuple[Host, Any]:
+    if all(p.requires_grad for p in h.model.parameters()):
+        next(iter(h.model.parameters())).requires_grad_(False)  # why names it frozen; prove re-runs unfrozen
+    return h, None
+
+
+def _why(h: Host, f: Fault, _: Any, __: Path) -> None:
+    frozen = next(n for n, p in h.model.named_parameters() if not p.requires_grad)
+    with f.armed():
+        gv.why(h.model, frozen, fn=h.loss).prove()  # a run to explain, and a re-run with the fix applied
+
+
 def _flow(h: Host, f: Fault, _: Any, __: Path) -> None:
     gv.gradient_flow(h.model, optimizer=h.opt)
 
@@ -538,6 +550,7 @@ ENTRIES: dict[str, Entry] = {
     "verify": Entry(_verify, (), user_code=True),
     "record_backward": Entry(_record_backward, ("record_backward",), _with_loss),
     "doctor": Entry(_doctor, ("doctor",), user_code=True),
+    "why": Entry(_why, ("why",), _one_frozen, user_code=True),
     "gradient_flow": Entry(_flow, ("gradient_flow",)),
     "GradientMonitor": Entry(_monitor, ("GradientMonitor",), observer=True),
     "find_nonfinite": Entry(_nonfinite, ("find_nonfinite",), user_code=True),
