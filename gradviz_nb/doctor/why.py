@@ -95,11 +95,14 @@ def _from_cause(name: str, c: Cause, model: nn.Module | None, fn: Callable[[], A
     return Why(name, c.status, c.kind, c.cause, c.evidence, c.fix, c.node, c.event, c.hook, ref, fn)
 
 
-def _graph_events(graph: AutogradGraph, cap: Capture | None) -> list[Evidence]:
+def _graph_evidence(graph: AutogradGraph, cap: Capture | None) -> tuple[list[Evidence], nn.Module | None]:
+    """The capture's evidence and model: the one given, else the recent capture the graph's sequence numbers
+    fall in, else the detaches the graph itself recorded."""
     if cap is not None:
-        return cap.evidence
+        return cap.evidence, cap.model
     seqs = [int(d["seq"]) for _, d in graph.nx.nodes(data=True) if d.get("kind") == "op" and d.get("seq", -1) >= 0]
-    return recent_evidence(seqs) or events_from_ghosts(graph)
+    events, model = recent_evidence(seqs)
+    return events or events_from_ghosts(graph), model
 
 
 def _param(graph: AutogradGraph | None, model: nn.Module | None, name: str) -> torch.Tensor | None:
@@ -125,10 +128,14 @@ def analyse(name: str, *, graph: AutogradGraph | None, model: nn.Module | None, 
             events: list[Evidence] | None = None, fn: Callable[[], Any] | None = None,
             status: tuple[str, str] | None = None) -> Why:
     """The Why of one parameter from what is at hand (the doctor calls this with its step's record)."""
+    if events is None and graph is not None:
+        events, found = _graph_evidence(graph, cap)
+        model = model or found
+    evs = events if events is not None else (cap.evidence if cap is not None else [])
     p = _param(graph, model, name)
     measured = status or grad_status(p)
-    evs = events if events is not None else (_graph_events(graph, cap) if graph is not None else
-                                             (cap.evidence if cap is not None else []))
+    if p is None and graph is not None and name not in graph.leaves():
+        measured = ("none", "it is not in the graph of this loss, so this loss's backward gives it no gradient")
     c = explain(name, measured[0], measured[1], graph=graph, events=evs, model=model, param=p,
                 adapters=adapter_switch_reasons(model) if model is not None else {},
                 unused=_unused(model, name, cap))
@@ -161,36 +168,40 @@ def why(source: Any, name: str, *, fn: Callable[[], Any] | None = None, capture:
     if isinstance(source, Diagnosis):
         return _from_diagnosis(source, name)
     if isinstance(source, AutogradGraph):
-        _known(name, source.leaves(), None)
+        _known(name, _graph_params(source), None)
         return analyse(name, graph=source, model=capture.model if capture is not None else None, cap=capture)
     if isinstance(source, nn.Module):
         if fn is None:
             raise GradvizError("gv.why(model, name) needs fn=, a function returning the loss (it runs once, in "
                                "the sandbox); or pass the graph (gv.trace) or the Diagnosis (gv.doctor).")
-        _known(name, {}, source)
+        _known(name, [], source)
         return _observed(source, name, fn)
     if isinstance(source, torch.Tensor):
         if source.grad_fn is None:
             raise GradvizError("the tensor has no grad_fn: pass the loss (before backward frees nothing: the "
                                "graph is read, not run), a gv.trace graph, a Diagnosis or a model with fn=.")
         graph = trace(source, model=capture.model if capture is not None else None, capture=capture)
-        _known(name, graph.leaves(), None)
+        _known(name, _graph_params(graph), None)
         return analyse(name, graph=graph, model=capture.model if capture is not None else None, cap=capture)
     raise GradvizError(f"gv.why explains a Diagnosis, an AutogradGraph, a loss tensor or a model (with fn=), got "
                        f"{type(source).__name__}.")
 
 
-def _known(name: str, leaves: dict[str, str], model: nn.Module | None) -> None:
-    names = list(leaves) + ([n for n, _ in model.named_parameters(remove_duplicate=False)] if model else [])
+def _graph_params(graph: AutogradGraph) -> list[str]:
+    """Leaf names, and every parameter of the traced model (those the loss never reached have no leaf)."""
+    modules = graph.nx.graph.get("modules") or {}
+    return list(graph.leaves()) + [n for m in modules.values() for n in m.get("parameters", [])]
+
+
+def _known(name: str, known: list[str], model: nn.Module | None) -> None:
+    names = known + ([n for n, _ in model.named_parameters(remove_duplicate=False)] if model else [])
     if name in names:
         return
     import difflib
 
     close = difflib.get_close_matches(name, names, n=3)
-    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else (
-        "; it is not a leaf of this graph (a parameter the loss never reached has no node: pass the Diagnosis or "
-        "the model with fn= to ask about it)" if leaves else "")
-    raise GradvizError(f"no parameter named {name!r}{hint}")
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise GradvizError(f"no parameter named {name!r} (not a leaf of the graph, nor a parameter of its model){hint}")
 
 
 def _from_diagnosis(dx: Diagnosis, name: str) -> Why:

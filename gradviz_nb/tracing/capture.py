@@ -138,7 +138,9 @@ class Capture:
             return self
         if self._observer is not None:
             self._observer.__enter__()  # type: ignore[no-untyped-call]
-            _RECENT.append(_Span(_sequence_counter(), None, self._observer.events))
+            inner = self._model_ref()  # held weakly: the record of recent captures never keeps a model alive
+            held: Callable[[], nn.Module | None] = weakref.ref(inner) if inner is not None else (lambda: None)
+            _RECENT.append(_Span(_sequence_counter(), None, self._observer.events, held))
         # Two global hooks instead of two per module: starting and stopping cost O(1) hook
         # registrations, and modules outside the model are skipped by one dict lookup.
         hooked = self._hooked_ref()
@@ -240,6 +242,7 @@ class _Span:
     start: int
     end: int | None
     events: list[Evidence]
+    model: Callable[[], nn.Module | None]  # a weak reference
 
 
 # The evidence of the last captures, by sequence-number span: a graph traced from one of them finds its
@@ -247,16 +250,19 @@ class _Span:
 _RECENT: deque[_Span] = deque(maxlen=16)
 
 
-def recent_evidence(seqs: Iterable[int]) -> list[Evidence]:
-    """The evidence of every recent capture whose span holds one of these autograd sequence numbers."""
+def recent_evidence(seqs: Iterable[int]) -> tuple[list[Evidence], nn.Module | None]:
+    """The evidence of every recent capture whose span holds one of these autograd sequence numbers, and the
+    model of the last of them."""
     numbers = sorted(seqs)
     out: list[Evidence] = []
+    model = None
     for span in list(_RECENT):
         end = span.end if span.end is not None else _sequence_counter()
         i = bisect.bisect_left(numbers, span.start)
         if i < len(numbers) and numbers[i] < end:
             out += span.events
-    return out
+            model = span.model() or model
+    return out, model
 
 
 class Attribution:

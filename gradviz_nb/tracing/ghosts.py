@@ -104,6 +104,7 @@ class Ghost:
     where: str = ""  # module path whose forward made the detach/use ("" = top level), before any re-homing
     line: str = ""  # "file:line" of the user code that made it (first frame outside torch and gradviz_nb)
     cut: list[str] = field(default_factory=list)  # parameters upstream of a detached tensor: their path ends here
+    evidence: Evidence | None = None  # the same detach as forward evidence (tracing/evidence.py)
 
 
 @dataclass(frozen=True)
@@ -259,8 +260,8 @@ class ForwardObserver(TorchFunctionMode):
             cut = {id(source)}
         ghost.cut = [name for key, name in self._param_names.items() if key in cut]
         self.ghosts.append(ghost)
-        self._event("data-access" if label == ".data" else "detached", label, cut=ghost.cut, shape=ghost.shape,
-                    targets=ghost.target_seqs)
+        ghost.evidence = self._event("data-access" if label == ".data" else "detached", label, cut=ghost.cut,
+                                     shape=ghost.shape, targets=ghost.target_seqs)
         return ghost
 
     # -- evidence (tracing/evidence.py) ---------------------------------------------------------------------
@@ -296,9 +297,12 @@ class ForwardObserver(TorchFunctionMode):
                 self._event("zero-derivative", name, seq=_made_seq(out, before), shape=list(out.shape))
         elif watched == "compare" and grad_in and first is not None:
             self._event("zero-derivative", name, cut=self._cut_names(first), shape=list(first.shape))
-        elif watched == "leave" and first is not None and first.requires_grad:
+        elif watched == "leave" and first is not None:
             op = f"{name.strip('_')}(...)" if name.startswith("__") else f".{name}()"
-            self._left = self._event("left-graph", op, cut=self._cut_names(first), shape=list(first.shape))
+            if first.requires_grad:
+                self._left = self._event("left-graph", op, cut=self._cut_names(first), shape=list(first.shape))
+            else:  # x.detach().numpy(): the detach was the way out of the graph
+                self._detach_left(first, op)
         elif watched == "cast" and grad_in and first is not None and isinstance(out, torch.Tensor) \
                 and not (out.is_floating_point() or out.is_complex()):
             self._left = self._event("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
@@ -307,6 +311,13 @@ class ForwardObserver(TorchFunctionMode):
             entered = self._event("entered", f"torch.{name}(...)", shape=list(out.shape))
             self._left.via = entered.line
             self._left = None
+
+    def _detach_left(self, t: torch.Tensor, op: str) -> None:
+        for ghost in self._carried(t):
+            e = ghost.evidence
+            if e is not None and e.kind in ("detached", "data-access"):
+                e.kind, e.op = "left-graph", f"{e.op}{op}" if e.op == ".data" else f".detach(){op}"
+                self._left = e
 
     def _measure_hook(self, args: Any) -> Any:
         """``tensor.register_hook(fn)``: register a wrapper that measures what ``fn`` did to the gradient."""
