@@ -46,6 +46,8 @@ SLOW_TESTS = {
     "test_memory.py::test_recompute_cost_matches_what_backward_reruns",
     "test_monitor.py::test_healthy_loops_have_no_flag",
     "test_integrations_transformers.py::test_dead_adapter_fires_only_when_an_adapter_is_cut",
+    "test_mutants.py::test_doctor_names_mutants",  # 240 mutants, each run twice and doctored: 10-20 min
+    "test_mutants.py::test_every_family_plants_a_bug_pytorch_sees",  # up to 12 truths per family: 1-3 min
 }
 
 

@@ -95,9 +95,12 @@ def demo_lora_at_init() -> Healthy:
 
 
 def _low_precision(dtype: torch.dtype) -> Healthy:
+    """Weights stored in ``dtype``. fp16 trains with SGD: AdamW's eps=1e-8 is 0 in fp16, so its first step
+    divides 0 by 0 wherever a gradient is exactly zero (a real bug, not a healthy model)."""
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 4)).to(dtype)
     x, y = torch.randn(32, 32, dtype=dtype), torch.randint(0, 4, (32,))
-    return Healthy(model, lambda: F.cross_entropy(model(x).float(), y))
+    sgd = (lambda ps: torch.optim.SGD(ps, lr=1e-2)) if dtype == torch.float16 else None
+    return Healthy(model, lambda: F.cross_entropy(model(x).float(), y), optimizer=sgd)
 
 
 def clipped() -> Healthy:

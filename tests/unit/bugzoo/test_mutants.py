@@ -1,0 +1,102 @@
+"""The mutant generator: its truth is PyTorch's, its draws are seeded, and the doctor names >= 95% of them.
+
+The first tests check the method (statuses from known tensors, coverage of targets, determinism, every
+family planting a bug somewhere); the last runs the fixed seed over 240 mutants (a slow test).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gradviz_nb.bugzoo.__main__ import mutants_line
+from gradviz_nb.bugzoo.mutants import FAMILIES, HOSTS
+from gradviz_nb.bugzoo.mutants.runner import RESULTS, run
+from gradviz_nb.bugzoo.mutants.score import covered
+from gradviz_nb.bugzoo.mutants.truth import _run, make, measure, status
+
+G = torch.tensor([1.0, -2.0, 3.0])
+V0, V1 = torch.zeros(3), torch.ones(3)
+
+
+@pytest.mark.parametrize(("mut", "host", "start_m", "expected"), [
+    ((None, V1), (G, V1), V0, "none"),
+    ((torch.zeros(3), V1), (G, V1), V0, "zero"),
+    ((G * 1e-9, V1), (G, V1), V0, "vanished"),
+    ((G * 2, V1), (G, V1), V0, "scaled"),
+    ((G.clone(), V0), (G, V1), V0, "stuck"),
+    ((G.clone(), V1 * 2), (G, V1), V0, "update"),
+    ((G.flip(0), V1), (G, V1), V0, "changed"),
+    ((G.clone(), V1), (G, V1), V0, "same"),
+])
+def test_status_reads_the_gradient_against_the_host(mut: tuple[torch.Tensor | None, torch.Tensor],
+                                                    host: tuple[torch.Tensor, torch.Tensor], start_m: torch.Tensor,
+                                                    expected: str) -> None:
+    assert status(mut, host, start_m, V0) == expected
+
+
+def test_status_of_a_parameter_only_the_mutant_has() -> None:
+    assert status((None, V0), None, V0, None) == "none"
+    assert status((G, V0), None, V0, None) == "same"
+
+
+def test_covered_targets() -> None:
+    universe = {"a.w", "a.b", "ab.w", "c.w"}
+    aliases = {"tied.w": "c.w", "c.w": "c.w"}
+    assert covered("a", universe, aliases) == {"a.w", "a.b"}  # a module path, not a name prefix ("ab")
+    assert covered("a.w", universe, aliases) == {"a.w"}
+    assert covered("tied.w", universe, aliases) == {"c.w"}
+    assert covered("(model)", universe, aliases) == universe
+    assert covered("moe.aux", universe, aliases) == set()
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_host_against_itself_has_no_effect(host: str) -> None:
+    """The truth's base: two builds of one host from one seed give bit-identical steps."""
+    fam = FAMILIES["detach"]
+    a, b = make(fam, host, 3, False), make(fam, host, 3, False)
+    assert a is not None and b is not None
+    start_a, steps_a = _run(a, 2)
+    start_b, steps_b = _run(b, 2)
+    for k in range(2):
+        for name, rec in steps_a[k].items():
+            assert status(rec, steps_b[k][name], start_a[name][1], start_b[name][1]) == "same", (host, name)
+
+
+def test_draws_are_seeded() -> None:
+    first = measure(FAMILIES["saturated"], "mlp", 11)
+    again = measure(FAMILIES["saturated"], "mlp", 11)
+    assert first is not None and again is not None
+    assert (first.site, first.statuses) == (again.site, again.statuses)
+    sites = {t.site for s in range(8) if (t := measure(FAMILIES["detach"], "vit", s)) is not None}
+    assert len(sites) > 2, sites  # the site really is drawn
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_plants_a_bug_pytorch_sees(family: str) -> None:
+    """Within a few draws on the hosts it applies to, the family changes some parameter's fate."""
+    fam = FAMILIES[family]
+    for seed in range(12):
+        host = sorted(HOSTS)[seed % len(HOSTS)] if family != "dead-adapter" else "hf-lora"
+        if host == "hf-lora" and family not in ("dead-adapter", "double-backward"):
+            continue
+        truth = measure(fam, host, seed)
+        if truth is not None and not truth.error and truth.affected:
+            assert truth.affected <= truth.universe
+            return
+    pytest.fail(f"{family}: no draw had an effect")
+
+
+def test_doctor_names_mutants() -> None:
+    """The fixed seed over 240 mutants: the doctor names >= 95%, and results.json holds this run's counts."""
+    result = run(0, 240)
+    assert len(result.results) >= 200
+    misses = [f"#{r.index} {r.family} on {r.host}: {r.truth.site} | {r.score.summary[:200]}"
+              for r in result.results if not r.score.named]
+    saved = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.exists() else None
+    stale = "results.json is stale: python -m gradviz_nb.bugzoo.mutants --seed 0 --n 240 --save"
+    assert saved == result.summary(), stale
+    assert "Mutants named" in mutants_line()
+    assert result.named >= 0.95 * len(result.results), "\n".join(misses[:40])
