@@ -73,6 +73,9 @@ _LIBRARY_DIRS = (os.path.dirname(torch.__file__) + os.sep, "<frozen ",
 _SKIP = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_"}
 _VALUE_TYPES = {"Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]", "number", "Optional[number]"}
 _ACCUMULATE = "torch::autograd::AccumulateGrad"
+# Ops that write an argument their schema does not mark as written (Tensor? running_mean, not Tensor(a!)):
+# base name -> positions. BatchNorm's running statistics in training.
+_UNDECLARED_WRITES = {"native_batch_norm": (3, 4), "cudnn_batch_norm": (3, 4), "miopen_batch_norm": (3, 4)}
 _DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128}
 
 # Private torch APIs, checked once by find_nonfinite: the autograd sequence counter (a backward node is
@@ -328,6 +331,7 @@ class _OpInfo:
     read: bool  # _local_scalar_dense: a value read into Python
     view: bool
     mutated: tuple[tuple[int, str], ...]  # (position, name) of written arguments
+    writes: tuple[tuple[int, str], ...]  # mutated, plus writes the schema does not declare (_UNDECLARED_WRITES)
     values: tuple[tuple[int, str], ...]  # (position, name) of tensor / number arguments
 
 
@@ -340,7 +344,9 @@ def _op_info(func: Any) -> _OpInfo:
     mutated = tuple((i, a.name) for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
     view = not mutated and any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
     values = tuple((i, a.name) for i, a in enumerate(args) if str(a.type) in _VALUE_TYPES)
-    return _OpInfo(packet, base, base in _SKIP, base == "_local_scalar_dense", view, mutated, values)
+    undeclared = tuple((i, args[i].name) for i in _UNDECLARED_WRITES.get(base, ()) if i < len(args))
+    return _OpInfo(packet, base, base in _SKIP, base == "_local_scalar_dense", view, mutated, mutated + undeclared,
+                   values)
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], pos: int, name: str) -> Any:
@@ -353,9 +359,10 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], pos: int, name: str) -> 
 class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Checks every op's floating outputs and keeps the provenance of non-finite tensors."""
 
-    def __init__(self, model: nn.Module | None) -> None:
+    def __init__(self, model: nn.Module | None, before_write: Callable[[torch.Tensor], None] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.model = model
+        self.before_write = before_write  # the lazy sandbox copies a parameter or .grad before its first write
         self.prov: Any = WeakIdKeyDictionary()  # tensor -> _Prov, for non-finite tensors only
         self.storages: dict[StorageWeakRef, _Prov] = {}
         self.births: list[_Birth] = []
@@ -489,11 +496,15 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        if self.quiet:
-            return func(*args, **kwargs)
         info = self._ops.get(func)
         if info is None:
             info = self._ops[func] = _op_info(func)
+        if info.writes and self.before_write is not None:
+            for pos, name in info.writes:
+                for t in _tensors(_arg(args, kwargs, pos, name)):
+                    self.before_write(t)
+        if self.quiet:
+            return func(*args, **kwargs)
         pre: list[_Prov | None] | None = None
         if info.mutated and (self.prov or self.storages):
             pre = [self._pre_state(t) for pos, name in info.mutated for t in _tensors(_arg(args, kwargs, pos, name))]
@@ -607,7 +618,7 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if _checkable(t) and not _finite(t):
                     p = self._lookup(t)
                     if p is None or not (p[0] or p[1]):
-                        p = self._external(t, _OpInfo(where, where, False, False, False, (), ()), False)
+                        p = self._external(t, _OpInfo(where, where, False, False, False, (), (), ()), False)
                     self._reach(p, where)
         finally:
             self.quiet = False
@@ -702,15 +713,18 @@ def find_nonfinite(fn: Callable[[], Any], model: nn.Module | None = None, *,
     if missing:
         raise GradvizError(f"torch {torch.__version__} lacks {', '.join(missing)}, which find_nonfinite needs to tell "
                            "backward from forward (torch 2.13 has them).")
-    with sandbox(model, optimizer=optimizer):  # fn runs for real; what it changes comes back
-        watch, returned = _watched_run(fn, model)
+    # fn runs for real; what it changes comes back. Lazy: the watch sees every in-place write and has
+    # the sandbox copy a parameter or .grad just before its first one (no copy of the whole model).
+    with sandbox(model, optimizer=optimizer, lazy=True) as box:
+        watch, returned = _watched_run(fn, model, box.before_write)
         watch.check(returned, "the value fn returned")
         return watch.result()
 
 
-def _watched_run(fn: Callable[[], Any], model: nn.Module | None) -> tuple[_Watch, Any]:
+def _watched_run(fn: Callable[[], Any], model: nn.Module | None,
+                 before_write: Callable[[torch.Tensor], None] | None = None) -> tuple[_Watch, Any]:
     """Run ``fn`` under the watch; the watch (births, what reached) and what ``fn`` returned."""
-    watch = _Watch(model)
+    watch = _Watch(model, before_write)
     watch.start()
     try:
         with _Patched(watch), watch:

@@ -39,7 +39,8 @@ collectives, a logger), data loader iterators it advanced, Python objects other 
 not told about (pass them in ``tensors=``), modules and optimizers it was not given (a model the code
 closes over but the probe was not passed), version counters of tensors that were written, CUDA
 memory-allocator state, and inference mode. Holding the snapshot costs one copy of the parameters,
-buffers, gradients and optimizer state. After the ``with`` block the sandbox drops every reference it held
+buffers, gradients and optimizer state (a lazy one, ``sandbox(..., lazy=True)``: of those written only).
+After the ``with`` block the sandbox drops every reference it held
 (the model can be garbage-collected even if the sandbox object is kept).
 """
 
@@ -58,6 +59,7 @@ import torch.nn.modules.module as module_globals
 import torch.optim.optimizer as optimizer_globals
 from torch import nn
 
+from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.sharded import reshard_fsdp
 
 __all__ = ["MODULE_HOOKS", "Snapshot", "sandbox"]
@@ -148,18 +150,90 @@ class _TensorState:
     name: str
     tensor: torch.Tensor
     alias: torch.Tensor  # shares the original storage: a `.data` swap is undone with it
-    value: torch.Tensor | None  # None: nothing to compare (meta)
+    value: torch.Tensor | None  # None: nothing to compare (meta), or lazy and not written yet
     requires_grad: bool
     grad: torch.Tensor | None  # the very object
     grad_value: torch.Tensor | None
     hooks: list[tuple[str, dict[Any, Any] | None]]
+    lazy: bool = False  # values copied by Snapshot.before_write only (see Snapshot's ``lazy``)
 
 
-def _tensor_state(name: str, t: torch.Tensor) -> _TensorState:
+def _lazy_ok(t: torch.Tensor | None) -> bool:
+    """A tensor whose writes a dispatch mode sees and whose storage identifies it: copied on write."""
+    return t is not None and type(t) in (torch.Tensor, nn.Parameter) and t.layout == torch.strided \
+        and t.device.type != "meta"
+
+
+def _tensor_state(name: str, t: torch.Tensor, lazy: bool = False) -> _TensorState:
     grad = t.grad if t.is_leaf else None
     meta = t.device.type == "meta"
+    if lazy and _lazy_ok(t) and (grad is None or _lazy_ok(grad)):
+        return _TensorState(name, t, t.detach(), None, t.requires_grad, grad, None, _tensor_hooks(t), lazy=True)
     return _TensorState(name, t, t.detach(), None if meta else _copy(t), t.requires_grad, grad,
                         None if grad is None or meta else _copy(grad), _tensor_hooks(t))
+
+
+def _storage_ptr(t: torch.Tensor) -> int | None:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _sums(tensors: list[torch.Tensor]) -> list[float]:
+    """One float per tensor, its sum: a fingerprint of values written outside torch (``.numpy()`` views).
+    Summed again on restore at the same thread count, the same values give the same bits."""
+    if not tensors:
+        return []
+    with torch.no_grad():
+        return torch.stack([t.sum().to(torch.complex128 if t.is_complex() else torch.float64).cpu()
+                            for t in tensors]).tolist()
+
+
+def _same_number(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # NaN equals NaN here
+
+
+class _CopyOnWrite:
+    """Values of lazy tensor states, copied just before their first write (:meth:`Snapshot.before_write`).
+
+    Holding a full copy of a 124M-parameter model costs more than a forward and backward of it, and a
+    probe that only runs forward and backward writes no parameter. The rest is verified on restore: the
+    version counter (every in-place torch op bumps it) and the sum (writes outside torch)."""
+
+    def __init__(self, states: list[_TensorState]) -> None:
+        self.by_storage: dict[int, list[tuple[_TensorState, bool]]] = {}
+        self.watched: list[tuple[_TensorState, bool, torch.Tensor, int]] = []  # (state, is .grad, tensor, version)
+        for s in states:
+            for is_grad, t in ((False, s.alias), (True, s.grad)):
+                if s.lazy and t is not None:
+                    key = _storage_ptr(t)
+                    if key is not None:
+                        self.by_storage.setdefault(key, []).append((s, is_grad))
+                    self.watched.append((s, is_grad, t, t._version))
+        self.threads = torch.get_num_threads()
+        self.sums = _sums([t for _, _, t, _ in self.watched])
+
+    def before_write(self, t: torch.Tensor) -> None:
+        key = _storage_ptr(t)
+        for s, is_grad in self.by_storage.get(key, ()) if key is not None else ():
+            if is_grad and s.grad_value is None and s.grad is not None:
+                s.grad_value = _copy(s.grad)
+            elif not is_grad and s.value is None:
+                s.value = _copy(s.alias)
+
+    def changed_uncopied(self) -> list[str]:
+        """Lazy tensors written without a copy first (a write no dispatch mode saw): cannot be put back."""
+        rest = [(i, s, g, t, v) for i, (s, g, t, v) in enumerate(self.watched)
+                if (s.grad_value if g else s.value) is None]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.threads)  # the same reduction order as on entry
+        try:
+            now = _sums([t for _, _, _, t, _ in rest])
+        finally:
+            torch.set_num_threads(threads)
+        return [s.name + (".grad" if g else "") for (i, s, g, t, v), total in zip(rest, now, strict=True)
+                if t._version != v or not _same_number(total, self.sums[i])]
 
 
 class Snapshot:
@@ -171,7 +245,7 @@ class Snapshot:
     """
 
     def __init__(self, model: nn.Module | None = None, optimizer: Optimizers = None, schedulers: Iterable[Any] = (),
-                 tensors: Iterable[torch.Tensor] = ()) -> None:
+                 tensors: Iterable[torch.Tensor] = (), lazy: bool = False) -> None:
         self.model = model
         if model is not None:
             reshard_fsdp(model)  # FSDP2: the sharded parameters, which every step ends with
@@ -190,7 +264,8 @@ class Snapshot:
         for i, t in enumerate(tensors):
             if isinstance(t, torch.Tensor):
                 named.setdefault(id(t), (f"tensors[{i}]", t))
-        self._tensors = [_tensor_state(n, t) for n, t in named.values()]
+        self._tensors = [_tensor_state(n, t, lazy) for n, t in named.values()]
+        self._cow = _CopyOnWrite(self._tensors) if lazy else None
         self._modes = [(m, m.training) for m in modules]
         self._module_hooks = [pair for m in modules for pair in _hook_dicts(m, MODULE_HOOKS)]
         self._global_hooks = (_hook_dicts(module_globals, GLOBAL_MODULE_HOOKS)
@@ -261,6 +336,12 @@ class Snapshot:
                 "param_groups": self._opt_groups[0][2]}
 
     # -- restoring ------------------------------------------------------------------------------------------
+    def before_write(self, t: torch.Tensor) -> None:
+        """``t`` (or a view of it) is about to be written in place: a lazy snapshot copies what it holds on
+        that storage now (a no-op otherwise). The caller's dispatch mode calls it before every write."""
+        if self._cow is not None:
+            self._cow.before_write(t)
+
     def track(self, *handles: Any) -> None:
         """Hooks (anything with ``remove()``) to remove on restore, for objects the snapshot does not cover."""
         self._handles.extend(handles)
@@ -270,7 +351,7 @@ class Snapshot:
         the first failure is raised afterwards."""
         errors: list[BaseException] = []
         for part in (self._restore_modes, self._restore_hooks, self._restore_slots, self._restore_tensors,
-                     self._restore_training, self._restore_optimizers, self._restore_rng):
+                     self._check_lazy, self._restore_training, self._restore_optimizers, self._restore_rng):
             try:
                 part()
             except Exception as err:  # keep restoring the rest
@@ -318,8 +399,8 @@ class Snapshot:
         with torch.no_grad():
             for s in self._tensors:
                 t = s.tensor
-                if s.value is not None and (_ptr(t) != _ptr(s.alias) or t.shape != s.alias.shape
-                                            or t.dtype != s.alias.dtype):
+                if (s.value is not None or s.lazy) and (_ptr(t) != _ptr(s.alias) or t.shape != s.alias.shape
+                                                        or t.dtype != s.alias.dtype):
                     t.data = s.alias  # the `.data` was swapped: the original storage back
                 if s.value is not None and not _same(t, s.value):
                     t.copy_(s.value)
@@ -335,6 +416,14 @@ class Snapshot:
                     t.grad = s.grad  # the user's object, not a copy
                 if s.grad_value is not None and not _same(s.grad, s.grad_value):
                     s.grad.copy_(s.grad_value)
+
+    def _check_lazy(self) -> None:
+        lost = self._cow.changed_uncopied() if self._cow is not None else []
+        if lost:
+            raise GradvizError(
+                f"sandbox: {', '.join(lost[:5])} changed without an in-place torch op the probe could see (a write "
+                "through .numpy(), a raw storage or with torch dispatch disabled), so its values were not copied "
+                "first and cannot be put back.")
 
     def _restore_training(self) -> None:
         for m, training in self._modes:
@@ -385,15 +474,21 @@ class Snapshot:
         self.optimizers, self.schedulers, self._handles = [], [], []
         self._slots, self._tensors, self._modes, self._module_hooks, self._global_hooks = [], [], [], [], []
         self._opt_groups, self._opt_state, self._sched_state = [], [], []
+        self._cow = None
         self._saved_hooks = None
 
 
 @contextmanager
 def sandbox(model: nn.Module | None = None, *, optimizer: Optimizers = None, schedulers: Iterable[Any] = (),
-            tensors: Iterable[torch.Tensor] = ()) -> Iterator[Snapshot]:
+            tensors: Iterable[torch.Tensor] = (), lazy: bool = False) -> Iterator[Snapshot]:
     """Run a block of the user's code and put back everything it changed (see the module docstring), on
-    success, on any exception and on ``KeyboardInterrupt``; no reference is kept afterwards."""
-    snap = Snapshot(model, optimizer, schedulers, tensors)
+    success, on any exception and on ``KeyboardInterrupt``; no reference is kept afterwards.
+
+    ``lazy=True`` copies no value on entry: the caller must call ``box.before_write(t)`` before every
+    in-place write (a ``TorchDispatchMode`` sees them all; find_nonfinite's does). Values are then copied
+    only when about to be written, and the rest is verified on exit (version counter and sum): a write
+    the mode could not see raises instead of passing unnoticed."""
+    snap = Snapshot(model, optimizer, schedulers, tensors, lazy=lazy)
     try:
         yield snap
     finally:

@@ -230,3 +230,36 @@ def test_unchanged_tensors_are_not_written() -> None:
     with sandbox(model):
         model(x)
     loss.backward()  # would raise "modified by an inplace operation" had the statistics been written
+
+
+# -- the lazy sandbox (find_nonfinite): copies on write, verifies the rest ------------------------------------------
+
+
+def test_lazy_sandbox_puts_back_what_was_announced_before_the_write() -> None:
+    model = _bn_model()[0]
+    weight, grad, grad_value = model[0].weight.detach().clone(), model[0].weight.grad, model[0].weight.grad.clone()
+    with sandbox(model, lazy=True) as box:
+        box.before_write(model[0].weight.data[0])  # a view of the weight: the storage decides
+        box.before_write(grad)
+        with torch.no_grad():
+            model[0].weight.data[0].add_(1.0)
+            grad.mul_(3.0)
+    assert torch.equal(model[0].weight, weight)
+    assert model[0].weight.grad is grad and torch.equal(grad, grad_value)
+
+
+def test_lazy_sandbox_refuses_a_write_it_was_not_told_about() -> None:
+    """A write outside torch (no version bump, no dispatch) is caught by the sum and named, never silent."""
+    model = _bn_model()[0]
+    with pytest.raises(gv.GradvizError, match=r"4\.bias"), sandbox(model, lazy=True):
+        model[4].bias.detach().numpy()[:] = 5.0
+    with pytest.raises(gv.GradvizError, match=r"0\.weight"), sandbox(model, lazy=True), torch.no_grad():
+        model[0].weight.mul_(2.0)  # an in-place torch op nobody announced: the version counter moved
+
+
+def test_find_nonfinite_puts_back_batchnorm_statistics_it_writes_undeclared() -> None:
+    """native_batch_norm writes its running statistics without declaring it in its schema."""
+    model, _, x, y = _bn_model()
+    stats = _stats(model)
+    assert gv.find_nonfinite(lambda: nn.functional.cross_entropy(model(x), y).backward(), model=model) is None
+    assert _same(stats, _stats(model))
