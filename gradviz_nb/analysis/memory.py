@@ -173,36 +173,8 @@ def memory_held(graph: AutogradGraph | Any) -> MemoryReport:
     """
     graph = _as_graph(graph)
     g = graph.nx
-    owner: dict[int, tuple[int, str, int, bool]] = {}  # storage -> (seq, node, bytes, is parameter)
-    packed: list[str] = []
-    unknown: list[str] = []
-    freed: list[str] = []
-    checkpoint_storages: set[int] = set()
-    checkpoints: set[int] = set()
-    opaque: list[str] = []
-    spans: dict[int, tuple[int, int]] = {}  # non-reentrant checkpoint -> (first, last) packing node's seq
-    for n, d in g.nodes(data=True):
-        if d.get("op") == OPAQUE_CHECKPOINT:
-            opaque.append(n)
-        for s in d.get("saved", []):
-            k = s.get("checkpoint")
-            if k is not None:
-                checkpoints.add(k)
-            if s.get("packed"):
-                packed.append(n)
-                if k is not None:
-                    lo, hi = spans.get(k, (d["seq"], d["seq"]))
-                    spans[k] = (min(lo, d["seq"]), max(hi, d["seq"]))
-            elif s.get("freed"):
-                freed.append(n)
-            elif s.get("bytes") is None:
-                unknown.append(n)
-            elif s.get("storage") is not None:
-                held = owner.get(s["storage"])
-                if held is None or d["seq"] < held[0]:
-                    owner[s["storage"]] = (d["seq"], n, int(s["storage_bytes"]), bool(s.get("param")))
-                if k is not None:
-                    checkpoint_storages.add(s["storage"])
+    seen = _scan_saved(g)
+    owner, freed, spans = seen.owner, seen.freed, seen.spans
     if freed:
         raise GradvizError(
             f"memory_held: this graph was traced after backward() freed its saved tensors ({len(set(freed))} "
@@ -229,20 +201,64 @@ def memory_held(graph: AutogradGraph | Any) -> MemoryReport:
         per_call=_per_call(graph, per_node),
         activations=sum(per_node.values()),
         parameters=params,
-        packed=sorted(set(packed)),
-        unknown=sorted(set(unknown)),
-        checkpoints=len(checkpoints),
-        checkpoint_bytes=sum(b for s, (_, _, b, p) in owner.items() if s in checkpoint_storages and not p),
+        packed=sorted(set(seen.packed)),
+        unknown=sorted(set(seen.unknown)),
+        checkpoints=len(seen.checkpoints),
+        checkpoint_bytes=sum(b for s, (_, _, b, p) in owner.items() if s in seen.checkpoint_storages and not p),
         forward_ops=len(ops),
         recomputed_ops=len(recomputed),
         forward_flops=sum(flops.values()),
         recomputed_flops=sum(flops[n] for n in recomputed if n not in skipped),
-        opaque=sorted(opaque),
+        opaque=sorted(seen.opaque),
         _graph=graph,
     )
 
 
 OPAQUE_CHECKPOINT = "CheckpointFunctionBackward"
+
+
+@dataclass
+class _Saved:
+    """What the saved-tensor records of a graph say, read in one pass (:func:`_scan_saved`)."""
+
+    owner: dict[int, tuple[int, str, int, bool]] = field(default_factory=dict)  # storage -> (seq, node, bytes, param)
+    packed: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    freed: list[str] = field(default_factory=list)
+    checkpoint_storages: set[int] = field(default_factory=set)
+    checkpoints: set[int] = field(default_factory=set)
+    opaque: list[str] = field(default_factory=list)
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # checkpoint -> (first, last) packing seq
+
+
+def _scan_saved(g: Any) -> _Saved:
+    """Each storage's first holder (storage shared = counted once), packed / freed / unknown slots, and the
+    sequence-number span of each non-reentrant checkpoint's packing nodes."""
+    out = _Saved()
+    owner, spans = out.owner, out.spans
+    for n, d in g.nodes(data=True):
+        if d.get("op") == OPAQUE_CHECKPOINT:
+            out.opaque.append(n)
+        for s in d.get("saved", []):
+            k = s.get("checkpoint")
+            if k is not None:
+                out.checkpoints.add(k)
+            if s.get("packed"):
+                out.packed.append(n)
+                if k is not None:
+                    lo, hi = spans.get(k, (d["seq"], d["seq"]))
+                    spans[k] = (min(lo, d["seq"]), max(hi, d["seq"]))
+            elif s.get("freed"):
+                out.freed.append(n)
+            elif s.get("bytes") is None:
+                out.unknown.append(n)
+            elif s.get("storage") is not None:
+                held = owner.get(s["storage"])
+                if held is None or d["seq"] < held[0]:
+                    owner[s["storage"]] = (d["seq"], n, int(s["storage_bytes"]), bool(s.get("param")))
+                if k is not None:
+                    out.checkpoint_storages.add(s["storage"])
+    return out
 
 
 def _saves_output(d: dict[str, Any]) -> bool:

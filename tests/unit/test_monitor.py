@@ -57,7 +57,7 @@ def test_records_equal_direct_layer_norms() -> None:
 def test_every_and_bounded_memory_over_10000_steps() -> None:
     model = nn.Linear(4, 2)
     mon = gv.GradientMonitor(model, every=2, capacity=64)
-    buffers = (mon._hist.data_ptr(), mon._hist.numel())
+    buffers = (mon._rec.hist.data_ptr(), mon._rec.hist.numel())
     x = torch.randn(3, 4)
     for _ in range(10_000):
         model(x).sum().backward()
@@ -67,7 +67,7 @@ def test_every_and_bounded_memory_over_10000_steps() -> None:
     steps = mon.steps
     assert 32 <= len(steps) <= 64 and steps[0] == 1 and steps[-1] > 9_000  # spans the whole run
     assert steps == sorted(set(steps))
-    assert (mon._hist.data_ptr(), mon._hist.numel()) == buffers  # preallocated, never grown
+    assert (mon._rec.hist.data_ptr(), mon._rec.hist.numel()) == buffers  # preallocated, never grown
     assert mon.stride >= 64
     assert len(mon.events) == 0
 
