@@ -203,6 +203,45 @@ def spike() -> Outcome:
     return flag_outcome(truth, _flags(mon))
 
 
+def spike_hidden_by_clipping() -> Outcome:
+    """clip_grad_norm_(max_norm=1) then monitor.step(grad_norm=total, max_norm=1), as the monitor's docstring
+    shows; batch 30 holds one outlier row 1000x the others. Clipping scales that step's gradients back to a
+    total of 1, so the ``.grad`` the monitor reads looks ordinary. Truth: each layer's pre-clip norm
+    (autograd.grad before clipping) against the median of its previous 20 steps."""
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mon = gv.GradientMonitor(model, optimizer=opt)
+    layers = ("fc1", "fc2")
+    pre: list[list[float]] = []
+    post: list[list[float]] = []
+    for i in range(40):
+        x, y = _data(i)
+        if i == 29:
+            x = x.clone()
+            x[0] *= 1000.0
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        pre.append([_layer_norm(model, la) for la in layers])
+        total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        post.append([_layer_norm(model, la) for la in layers])
+        mon.step(grad_norm=total, max_norm=1.0)
+        opt.step()
+        opt.zero_grad()
+    mon.close()
+    before, after = torch.tensor(pre), torch.tensor(post)
+    jump = before[29] / before[9:29].median(dim=0).values
+    seen_after = after[29] / after[9:29].median(dim=0).values
+    truth = {("spike", layers[k]) for k in range(2) if jump[k] > 10}
+    out = flag_outcome(truth, _flags(mon))
+    return Outcome(out.expected + f" (pre-clip jump {jump.max().item():.3g}x; after clipping only "
+                   f"{seen_after.max().item():.3g}x)", out.got, out.ok, out.false_alarms)
+
+
+def _layer_norm(model: nn.Module, layer: str) -> float:
+    return torch.cat([p.grad.flatten() for p in getattr(model, layer).parameters()]).norm().item()
+
+
 def update_too_large() -> Outcome:
     """SGD with lr=2 on a small MLP (it bounces instead of learning). Truth: ||Δw||/||w|| of each layer
     measured around opt.step() by hand, above 0.1 on 5 steps in a row after step 20."""
@@ -366,6 +405,7 @@ CASES: list[Case] = [
     Case("monitor-not-in-opt-model-zero", "not-in-optimizer", not_in_optimizer_model_zero_grad),
     Case("monitor-no-grad-3-records", "no-grad", no_grad_for_n_steps),
     Case("monitor-spike", "spike", spike),
+    Case("monitor-spike-hidden-by-clipping", "spike", spike_hidden_by_clipping),
     Case("monitor-update-too-large", "update-size", update_too_large),
     Case("monitor-clipping-most-steps", "clipping", clipping_most_steps),
     Case("monitor-sparse-embedding", "sparse", sparse_embedding),

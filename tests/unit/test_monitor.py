@@ -649,3 +649,54 @@ def test_grad_scaler_overflow_steps_are_not_nan_flags() -> None:
     assert not math.isfinite(mon.history("norm")[2, 0].item())
     assert mon.amp_skipped == [3] and mon.flags() == []
     assert "GradScaler skipped 1 recorded steps" in mon.summary()
+
+
+def _clipped_loop(clip_first: bool, outlier: float) -> tuple[gv.GradientMonitor, list[float]]:
+    """40 steps of an MLP with clip_grad_norm_(1.0); batch 30 has one row scaled by ``outlier``. ``clip_first``:
+    the monitor's docstring order (clip, then step); else step before clipping (the integrations' order)."""
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mon = gv.GradientMonitor(model, optimizer=opt)
+    totals = []
+    for i in range(40):
+        gen = torch.Generator().manual_seed(i)
+        x, y = torch.randn(16, 4, generator=gen), torch.randn(16, 3, generator=gen)
+        if i == 29:
+            x[0] *= outlier
+        nn.functional.mse_loss(model(x), y).backward()
+        if clip_first:
+            total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            mon.step(grad_norm=total, max_norm=1.0)
+        else:
+            total = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+            mon.step(grad_norm=total, max_norm=1.0)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        totals.append(float(total))
+        opt.step()
+        opt.zero_grad()
+    mon.close()
+    return mon, totals
+
+
+def test_a_clipped_spike_is_judged_on_preclip_norms_in_either_call_order() -> None:
+    for clip_first in (True, False):
+        mon, totals = _clipped_loop(clip_first, outlier=1000.0)
+        assert mon.preclip().tolist() == pytest.approx(totals, rel=1e-5)  # the pre-clip total of every record
+        spikes = [(s, f) for s, f in mon.flags() if f.kind == "spike"]
+        assert {f.target for _, f in spikes} == {"fc1", "fc2"} and {s for s, _ in spikes} == {30}
+        ratio = float(spikes[0][1].reason.split(" is ")[1].split("x")[0])
+        median = torch.tensor(totals[9:29]).median().item()
+        assert ratio > 1000  # the pre-clip jump, not the clipped one (a few x)
+        assert ("pre-clip" in spikes[0][1].reason) == clip_first  # only then were the norms it read scaled
+        assert totals[29] / median > 1000
+    quiet, _ = _clipped_loop(True, outlier=1.0)
+    assert not [f for _, f in quiet.flags() if f.kind == "spike"]
+
+
+def test_preclip_totals_survive_save_and_load(tmp_path: Path) -> None:
+    mon, totals = _clipped_loop(True, outlier=1000.0)
+    mon.save(tmp_path / "m.pt")
+    back = gv.GradientMonitor.load(tmp_path / "m.pt")
+    assert back.preclip().tolist() == pytest.approx(totals, rel=1e-5)
+    assert "largest pre-clip total norm" in back.summary()
