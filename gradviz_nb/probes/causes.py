@@ -210,11 +210,29 @@ def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: S
         sat = _most_saturated(dist, events, graph)
         if sat is not None:
             return _saturated(status, name, sat[0], sat[1], graph)
+    dead = _dead_input(graph, dist, events) if status == "zero" else None
+    if dead is not None:
+        e, node = dead
+        return Cause(status, "saturated", f"its layer's input comes from {e.op} at {_place(e)}, whose outputs were "
+                     "all zero", f"measured in forward: {e.numbers['fraction']:.1%} of {e.op}'s {e.shape} outputs sat "
+                     f"in its flat region at 0; a weight's gradient is its input times the output's gradient, so "
+                     f"{name}'s is zero", fix_for("saturated"), node, e)
     hook = _live_hooks(p)
     if hook is not None and status in ("zero", "tiny"):
         return Cause(status, "hook-zeroed", f"a hook on {name} ({hook[0]}) leaves it {status}",
                      f"{name} carries the tensor hook {hook[0]}, and nothing on its {len(dist) - 1} nodes to the "
                      "loss has a zero derivative", fix_for("hook-zeroed"), leaf, hook=hook[1])
+    return None
+
+
+def _dead_input(graph: AutogradGraph, dist: dict[str, int], events: Sequence[Evidence]) -> tuple[Evidence, str] | None:
+    """A ReLU / clamp whose outputs were all zero, feeding an op on the parameter's path (its layer's input)."""
+    seqs = {d.get("seq"): n for n, d in graph.nx.nodes(data=True) if d.get("kind") == "op"}
+    for e in events:
+        node = seqs.get(e.seq) if e.kind == "saturated" and e.op in ("relu", "relu6", "clamp_min") else None
+        if node is not None and node not in dist and e.numbers.get("fraction", 0.0) >= 1.0 and \
+                any(nxt in dist for nxt in graph.nx.successors(node)):
+            return e, node
     return None
 
 

@@ -260,12 +260,12 @@ class ForwardObserver(TorchFunctionMode):
             cut = {id(source)}
         ghost.cut = [name for key, name in self._param_names.items() if key in cut]
         self.ghosts.append(ghost)
-        ghost.evidence = self._event("data-access" if label == ".data" else "detached", label, cut=ghost.cut,
+        ghost.evidence = self._evidence("data-access" if label == ".data" else "detached", label, cut=ghost.cut,
                                      shape=ghost.shape, targets=ghost.target_seqs)
         return ghost
 
     # -- evidence (tracing/evidence.py) ---------------------------------------------------------------------
-    def _event(self, kind: str, op: str, **fields: Any) -> Evidence:
+    def _evidence(self, kind: str, op: str, **fields: Any) -> Evidence:
         call = self._current_call()
         line = fields.pop("line", None)
         event = Evidence(kind, op, call.path if call else "", user_line() if line is None else line,
@@ -290,25 +290,25 @@ class ForwardObserver(TorchFunctionMode):
         grad_in = first is not None and first.requires_grad and torch.is_grad_enabled()
         if watched == "saturating":
             if type(out) is torch.Tensor and _has_grad_fn(out):
-                self._event("saturated", name, seq=_made_seq(out, before), shape=list(out.shape),
+                self._evidence("saturated", name, seq=_made_seq(out, before), shape=list(out.shape),
                             _stats=saturation_stats(func, out, args, kwargs or {}))
         elif watched == "zero-derivative":
             if isinstance(out, torch.Tensor) and _has_grad_fn(out):
-                self._event("zero-derivative", name, seq=_made_seq(out, before), shape=list(out.shape))
+                self._evidence("zero-derivative", name, seq=_made_seq(out, before), shape=list(out.shape))
         elif watched == "compare" and grad_in and first is not None:
-            self._event("zero-derivative", name, cut=self._cut_names(first), shape=list(first.shape))
+            self._evidence("zero-derivative", name, cut=self._cut_names(first), shape=list(first.shape))
         elif watched == "leave" and first is not None:
             op = f"{name.strip('_')}(...)" if name.startswith("__") else f".{name}()"
             if first.requires_grad:
-                self._left = self._event("left-graph", op, cut=self._cut_names(first), shape=list(first.shape))
+                self._left = self._evidence("left-graph", op, cut=self._cut_names(first), shape=list(first.shape))
             else:  # x.detach().numpy(): the detach was the way out of the graph
                 self._detach_left(first, op)
         elif watched == "cast" and grad_in and first is not None and isinstance(out, torch.Tensor) \
                 and not (out.is_floating_point() or out.is_complex()):
-            self._left = self._event("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
+            self._left = self._evidence("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
                                      cut=self._cut_names(first), shape=list(first.shape))
         elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor):
-            entered = self._event("entered", f"torch.{name}(...)", shape=list(out.shape))
+            entered = self._evidence("entered", f"torch.{name}(...)", shape=list(out.shape))
             self._left.via = entered.line
             self._left = None
 
@@ -327,7 +327,7 @@ class ForwardObserver(TorchFunctionMode):
         fn = t.grad_fn if _has_grad_fn(t) else None
         seq = int(fn._sequence_nr()) if fn is not None else None
         name = self._param_names.get(id(t))
-        event = self._event("hook", hook_name(args[1]), seq=seq, cut=[name] if name else [], shape=list(t.shape),
+        event = self._evidence("hook", hook_name(args[1]), seq=seq, cut=[name] if name else [], shape=list(t.shape),
                             hook=hook_name(args[1]))
         return (t, hook_wrapper(args[1], event), *args[2:])
 
@@ -344,10 +344,10 @@ class ForwardObserver(TorchFunctionMode):
             self._no_grad_seen.add(key)
             via = checkpoint_call_line(is_library)
             if via:
-                self._event("reentrant-checkpoint", "checkpoint(use_reentrant=True)", cut=[name], via=via,
+                self._evidence("reentrant-checkpoint", "checkpoint(use_reentrant=True)", cut=[name], via=via,
                             shape=list(t.shape))
             else:
-                self._event("no-grad", "torch.no_grad()", cut=[name], shape=list(t.shape))
+                self._evidence("no-grad", "torch.no_grad()", cut=[name], shape=list(t.shape))
 
     def _carried_by(self, tensors: Iterable[torch.Tensor]) -> list[Ghost]:
         found: list[Ghost] = []
