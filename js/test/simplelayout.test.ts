@@ -5,7 +5,7 @@ import { test } from "node:test";
 import type { GraphPayload } from "../src/payload";
 import { expandAll } from "../src/state/expansion";
 import { callKey, indexCalls, visibleGraph, type VisibleGraph } from "../src/state/quotient";
-import { decodePlain, encodePlain, plainLayoutCore, simpleLayout } from "../src/view/simplelayout";
+import { decodePlain, encodePlain, plainCoreSource, plainLayoutCore, simpleLayout } from "../src/view/simplelayout";
 
 const size = () => ({ width: 80, height: 30 });
 
@@ -40,7 +40,7 @@ test("open boxes enclose their members", () => {
 });
 
 test("the core is self-contained (it runs in a worker from its source text) and gives the same layout", () => {
-  const core = new Function(`"use strict"; return (${plainLayoutCore.toString()});`)() as typeof plainLayoutCore;
+  const core = new Function(`"use strict"; return ${plainCoreSource()};`)() as typeof plainLayoutCore;
   const nested: GraphPayload = JSON.parse(
     readFileSync(new URL("../../tests/fixtures/nested_modules.json", import.meta.url), "utf8"),
   );

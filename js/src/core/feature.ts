@@ -3,7 +3,8 @@
 // through the ordered list in `features/index.ts`, which says once which feature wins where two
 // overlap. A new view is one folder under `features/` plus one entry in that list.
 import type { StylesheetJson } from "cytoscape";
-import type { GraphNode } from "../payload";
+import type { GraphNode, ModuleCall } from "../payload";
+import type { DetailRow } from "../panels/details";
 import type { VisibleGraph } from "../state/quotient";
 import type { Theme } from "../view/theme";
 import type { LegendSpec } from "../panels/legend";
@@ -11,6 +12,7 @@ import type { LegendSpec } from "../panels/legend";
 /** What a feature draws over the laid-out graph now (styles only, never a re-layout). Maps are keyed
  *  by element key ("n:<id>", "c:<call id>", "f:<group id>", edge keys). */
 export type { LegendItem, LegendSpec } from "../panels/legend";
+export type { DetailRow, RowAction } from "../panels/details";
 
 export interface Decoration {
   /** Extra classes; every feature's are kept. */
@@ -67,8 +69,10 @@ export interface Feature<Hooks extends object = object> {
   legend?(): { spec: LegendSpec; fallback?: boolean } | null;
   /** Hover text for an element (empty: nothing to add). */
   tooltip?(key: string): string;
-  /** Extra rows of the details panel for a selected node. */
-  details?(node: GraphNode): [string, string][];
+  /** Extra rows of the details panel for a selected node (a row may carry a button, see `DetailRow`). */
+  details?(node: GraphNode): DetailRow[];
+  /** Extra rows of the details panel for a selected module box. */
+  callDetails?(call: ModuleCall): DetailRow[];
   /** A click on a node or box; true when the feature handled it (later features and the core then don't). */
   click?(key: string, kind: string, shift: boolean): boolean;
   /** A click on an edge (edges take clicks only while a feature asks for them, see `Core.setTapEdges`). */

@@ -3,6 +3,7 @@ import type { GraphNode } from "../payload";
 import { callDetails, nodeDetails, nodeTitle } from "../state/labels";
 import { callKey, nodeKey } from "../state/quotient";
 import { graphIndex } from "../state/graphindex";
+import type { DetailRow } from "../panels/details";
 import type { Core } from "./context";
 
 export function nodeById(ctx: Core, id: string): GraphNode | undefined {
@@ -29,12 +30,14 @@ export function showSelection(ctx: Core): void {
   const node = id ? nodeById(ctx, id) : undefined;
   const call = !node && id ? ctx.index.calls.get(id) : undefined;
   if (node) {
-    const rows = nodeDetails(node);
+    const rows: DetailRow[] = nodeDetails(node);
     for (const f of ctx.features) rows.push(...(f.details?.(node) ?? []));
     details.show(nodeTitle(node), rows);
     view.select(nodeKey(node.id));
   } else if (call) {
-    details.show(`${call.id} · ${call.type}`, callDetails(call, call.size || ctx.index.size.get(call.id) || 0));
+    const rows: DetailRow[] = callDetails(call, call.size || ctx.index.size.get(call.id) || 0);
+    for (const f of ctx.features) rows.push(...(f.callDetails?.(call) ?? []));
+    details.show(`${call.id} · ${call.type}`, rows);
     view.select(callKey(call.id));
   } else {
     details.hide();

@@ -409,6 +409,7 @@ const overlay = record<Traits["overlay"]>({
   encoding: maybe(oneOf("color", "size")),
   marks: maybe(recordOf(oneOf("no-grad", "nan", "flag"), "an object: node id -> mark")),
   unit: maybe(str),
+  detail: maybe(recordOf(listOf(tuple<[string, string]>("a [label, text] pair", str, str), "a list of [label, text] rows"), "an object: node id or \"call:<id>\" -> rows")),
 });
 
 const grad = nullable(

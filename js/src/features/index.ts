@@ -12,8 +12,9 @@ import { overlay } from "./overlay/feature";
 import { search } from "./search/feature";
 import { stepper } from "./stepper/feature";
 import { whatIf } from "./whatif/feature";
+import { why } from "./why/feature";
 
-export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search, key, details] as const;
+export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search, key, details, why] as const;
 
 type HooksOf<F> = F extends FeatureFactory<infer H> ? H : never;
 type Intersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer I) => void ? I : never;

@@ -1,10 +1,29 @@
 // Side panel with the selected node's or module call's facts. Text only, never HTML.
 import { h } from "./dom";
 
+/** A button in a details row: pressing it runs `run` (e.g. asks Python a question). */
+export interface RowAction {
+  label: string;
+  title: string;
+  testid: string;
+  run(): void;
+}
+
+/** One row: a label and its text, and optionally a button after the text. */
+export type DetailRow = [string, string] | [string, string, RowAction];
+
 export interface DetailsPanel {
   element: HTMLElement;
-  show(title: string, rows: readonly [string, string][]): void;
+  show(title: string, rows: readonly DetailRow[]): void;
   hide(): void;
+}
+
+function value(row: DetailRow): HTMLElement {
+  const [, text, action] = row;
+  if (!action) return h("dd", {}, text);
+  const button = h("button", { type: "button", class: "gradviz-row-action", title: action.title, "data-testid": action.testid }, action.label);
+  button.addEventListener("click", () => action.run());
+  return h("dd", {}, ...(text ? [h("span", {}, text), " "] : []), button);
 }
 
 /** `onShown(on)` runs when the panel appears or goes (the canvas makes room for it). */
@@ -19,7 +38,7 @@ export function createDetails(onClose: () => void, onShown: (on: boolean) => voi
     element,
     show(text, rows) {
       title.textContent = text;
-      list.replaceChildren(...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+      list.replaceChildren(...rows.flatMap((row) => [h("dt", {}, row[0]), value(row)]));
       if (element.hidden) {
         element.hidden = false;
         onShown(true);

@@ -1,12 +1,11 @@
 // The canvas: Cytoscape draws, ELK (in a worker) places. Knows nothing of the anywidget model.
 import cytoscape from "cytoscape";
 import type { Core, ElementDefinition, EventObject, NodeSingular, StylesheetJson } from "cytoscape";
-import { collapsedLabel, expandedLabel, foldedLabel, ghostLabel, nodeLabel } from "../state/labels";
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
 import { BOX_PADDING } from "./elkgraph";
+import { labelOf, layoutBounds, toElements, type Bounds } from "./elements";
 import { detourEdges, edgesThroughItems, findRegion, placeRegion, type Snapshot } from "./incremental";
 import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
-import { toSegments } from "./segments";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
 import type { Theme } from "./theme";
@@ -52,7 +51,6 @@ export interface ShowOptions {
   incremental?: boolean;
 }
 
-/** Below this zoom an initial fit is replaced by a readable view of the top of the graph. */
 /** Up to this many items an incremental placement is checked for edges through boxes (and laid out
  *  in full when it has any); bigger views keep the fast placement. */
 const REROUTE_LIMIT = 1500;
@@ -186,59 +184,7 @@ export class GraphView {
     this.snapshot = { graph, layout: layout.layout, sizes: laidOut };
     this.lastLayoutIncremental = layout.incremental;
     this.simple = layout.simple;
-    const { positions, boxes, routes } = layout.layout;
-    const elements: ElementDefinition[] = [];
-    // Open boxes are plain nodes drawn behind their members (z by depth), not compounds: a restyle
-    // of one element then touches that element only. Their top is trimmed by the header room ELK
-    // keeps (BOX_PADDING.top), so the header label sits above the box as before.
-    const depth = new Map<string, number>();
-    for (const item of graph.items) {
-      const z = item.parent ? (depth.get(item.parent) ?? 0) + 1 : 0;
-      depth.set(item.key, z);
-      let size = sizes.get(item.key);
-      let position = positions.get(item.key);
-      const box = item.type === "expanded" ? boxes.get(item.key) : undefined;
-      if (box && position) {
-        const trim = BOX_PADDING.top - BOX_PADDING.side;
-        size = { width: box.width, height: box.height - trim };
-        position = { x: position.x, y: position.y + trim / 2 };
-      }
-      elements.push({
-        group: "nodes",
-        data: {
-          id: item.key,
-          ...(item.parent ? { box: item.parent } : {}),
-          kind: item.type === "node" ? item.node.kind : item.type,
-          label: labelOf(item),
-          w: size?.width ?? 10,
-          h: size?.height ?? 10,
-          base: labelOf(item),
-          bw: size?.width ?? 10,
-          bh: size?.height ?? 10,
-          z,
-        },
-        position,
-      });
-    }
-    for (const e of graph.edges) {
-      const route = routes.get(e.key);
-      const s = positions.get(e.source);
-      const t = positions.get(e.target);
-      const segments = route && s && t ? toSegments(route, s, t) : null;
-      elements.push({
-        group: "edges",
-        data: {
-          id: e.key,
-          source: e.source,
-          target: e.target,
-          count: e.count,
-          countLabel: "×" + e.count,
-          cutLabel: e.count > 1 ? "✂ ×" + e.count : "✂",
-          ...segments,
-        },
-        classes: [segments ? (segments.ws ? "routed" : "pinned") : "", e.ghost ? "ghost" : ""].filter(Boolean).join(" "),
-      });
-    }
+    const elements = toElements(graph, layout.layout, sizes);
     const selected = this.cy.$("node:selected").map((n) => n.id());
     let fresh: ElementDefinition[] = elements;
     this.cy.batch(() => {
@@ -428,26 +374,9 @@ export class GraphView {
     return bb ? Math.ceil(bb.h * 1.25 + 48 + this.bottomReserve) : null;
   }
 
-  /** Bounds of the drawn items (as laid out; labels of leaves are inside their boxes) that `take`. */
-  private layoutBounds(take: (key: string, open: boolean, y1: number) => boolean): { x1: number; y1: number; x2: number; y2: number; w: number; h: number } | null {
-    const snap = this.snapshot;
-    if (!snap) return null;
-    let x1 = Infinity;
-    let y1 = Infinity;
-    let x2 = -Infinity;
-    let y2 = -Infinity;
-    for (const [key, p] of snap.layout.positions) {
-      const box = snap.layout.boxes.get(key);
-      const s = box ?? snap.sizes.get(key);
-      if (!s) continue;
-      const top = p.y - s.height / 2;
-      if (!take(key, !!box, top)) continue;
-      x1 = Math.min(x1, p.x - s.width / 2);
-      y1 = Math.min(y1, top);
-      x2 = Math.max(x2, p.x + s.width / 2);
-      y2 = Math.max(y2, p.y + s.height / 2);
-    }
-    return x1 <= x2 ? { x1, y1, x2, y2, w: x2 - x1, h: y2 - y1 } : null;
+  /** Bounds of the drawn items (as laid out) that `take`; null before the first layout. */
+  private layoutBounds(take: (key: string, open: boolean, y1: number) => boolean): Bounds | null {
+    return this.snapshot ? layoutBounds(this.snapshot.layout, this.snapshot.sizes, take) : null;
   }
 
   zoomReset(): void {
@@ -653,20 +582,5 @@ export class GraphView {
       width: Math.ceil(Math.max(48, width + 2 * NODE_PAD.x + (bold ? 4 : 0))),
       height: Math.ceil(lines.length * LINE_HEIGHT + 2 * padY),
     };
-  }
-}
-
-function labelOf(item: VisibleItem): string {
-  switch (item.type) {
-    case "node":
-      return nodeLabel(item.node);
-    case "collapsed":
-      return collapsedLabel(item.call, item.size);
-    case "folded":
-      return foldedLabel(item.calls, item.size);
-    case "expanded":
-      return expandedLabel(item.call);
-    case "ghost":
-      return ghostLabel(item.ghost);
   }
 }

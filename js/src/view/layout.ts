@@ -6,7 +6,7 @@ import ELK from "elkjs/lib/elk-api.js";
 import workerSource from "elkjs/lib/elk-worker.min.js?raw";
 import type { VisibleGraph } from "../state/quotient";
 import { fromElk, toElk, type Layout, type Size } from "./elkgraph";
-import { decodePlain, encodePlain, plainLayoutCore, type PlainInput, type PlainOutput } from "./simplelayout";
+import { decodePlain, encodePlain, plainCoreSource, plainLayoutCore, type PlainInput, type PlainOutput } from "./simplelayout";
 
 /** Above this many visible items ELK is skipped: measured, a 5,000-node chain overflows the worker's
  *  stack and takes ~19 s with a big stack; the plain layered layout takes milliseconds. */
@@ -14,10 +14,10 @@ export const ELK_LIMIT = 2500;
 
 export type { Layout, Point, Size } from "./elkgraph";
 
-/** The plain layout's worker: runs `plainLayoutCore` (shipped as source text) on typed arrays. */
+/** The plain layout's worker: runs `plainLayoutCore` (shipped as source text, with its parts) on typed arrays. */
 function plainWorkerSource(): string {
   return (
-    `"use strict";const core=(${plainLayoutCore.toString()});` +
+    `"use strict";const core=${plainCoreSource()};` +
     "self.onmessage=(e)=>{const o=core(e.data.input);" +
     "self.postMessage({id:e.data.id,out:o},[o.x.buffer,o.y.buffer,o.width.buffer,o.height.buffer]);};"
   );

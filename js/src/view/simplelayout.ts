@@ -4,8 +4,8 @@
 // one barycenter sweep for the order within a layer, straight edges. Open boxes become the bounding
 // rectangles of their members (they may overlap: a degraded view, said so in the toolbar).
 //
-// The work itself (`plainLayoutCore`) takes and returns typed arrays only and refers to nothing outside
-// its own body, so layout.ts can run its source text in a Blob-URL Web Worker: a 20,000-node chain
+// The work itself (`plainLayoutCore` and its parts, `PLAIN_PARTS`) takes and returns typed arrays only and
+// refers to nothing outside those functions, so layout.ts can run their source text in a Blob-URL Web Worker: a 20,000-node chain
 // takes ~0.6 s, which on the main thread froze the page.
 import type { VisibleGraph } from "../state/quotient";
 import { BOX_PADDING, type Layout, type Point, type Size } from "./elkgraph";
@@ -86,16 +86,10 @@ export function simpleLayout(graph: VisibleGraph, sizeOf: (key: string) => Size)
   return decodePlain(graph, plainLayoutCore(encodePlain(graph, sizeOf)));
 }
 
-/** The layout proper. SELF-CONTAINED: no reference to anything outside this function (its source is
- *  shipped to a worker as text). Items come parents first. */
-export function plainLayoutCore(input: PlainInput): PlainOutput {
-  const { open, parent, width, height, source, target, gaps } = input;
+/** Successors and predecessors of each leaf (CSR arrays); self loops and edges touching open boxes
+ *  dropped. Part of the worker's source: refers only to the other `PLAIN_PARTS`. */
+export function plainAdjacency(open: Uint8Array, source: Int32Array, target: Int32Array): PlainAdjacency {
   const n = open.length;
-  const layerGap = gaps[0];
-  const nodeGap = gaps[1];
-  const padTop = gaps[2];
-  const padSide = gaps[3];
-  // Adjacency among leaves (CSR arrays), self loops and edges touching open boxes dropped.
   const outDeg = new Int32Array(n);
   const inDeg = new Int32Array(n);
   const m = source.length;
@@ -123,30 +117,43 @@ export function plainLayoutCore(input: PlainInput): PlainOutput {
     succ[sFill[source[e]]++] = target[e];
     pred[pFill[target[e]]++] = source[e];
   }
-  // Longest path to a sink, without recursion (Kahn's order from the sinks up). A cycle (never in
-  // autograd) leaves its nodes at height 0.
-  const height_ = new Int32Array(n);
-  const remaining = Int32Array.from(outDeg);
+  return { outDeg, succStart, succ, predStart, pred };
+}
+
+export interface PlainAdjacency {
+  outDeg: Int32Array;
+  succStart: Int32Array;
+  succ: Int32Array;
+  predStart: Int32Array;
+  pred: Int32Array;
+}
+
+/** Leaves in layers, top first: by longest path to a sink, without recursion (Kahn's order from the
+ *  sinks up; a cycle, never in autograd, leaves its nodes at height 0), then ordered within each layer
+ *  by the mean index of their predecessors above (one downward sweep). */
+export function plainLayers(open: Uint8Array, adj: PlainAdjacency): number[][] {
+  const n = open.length;
+  const { succStart, succ, predStart, pred } = adj;
+  const height = new Int32Array(n);
+  const remaining = Int32Array.from(adj.outDeg);
   const queue = new Int32Array(n);
   let qEnd = 0;
   for (let i = 0; i < n; i++) if (!open[i] && remaining[i] === 0) queue[qEnd++] = i;
   for (let q = 0; q < qEnd; q++) {
     const k = queue[q];
     let h = 0;
-    for (let j = succStart[k]; j < succStart[k + 1]; j++) h = Math.max(h, height_[succ[j]] + 1);
-    height_[k] = h;
+    for (let j = succStart[k]; j < succStart[k + 1]; j++) h = Math.max(h, height[succ[j]] + 1);
+    height[k] = h;
     for (let j = predStart[k]; j < predStart[k + 1]; j++) {
       const p = pred[j];
       if (--remaining[p] === 0) queue[qEnd++] = p;
     }
   }
   let top = 0;
-  for (let i = 0; i < n; i++) if (!open[i]) top = Math.max(top, height_[i]);
+  for (let i = 0; i < n; i++) if (!open[i]) top = Math.max(top, height[i]);
   const layers: number[][] = [];
   for (let l = 0; l <= top; l++) layers.push([]);
-  for (let i = 0; i < n; i++) if (!open[i]) layers[top - height_[i]].push(i);
-
-  // Order within each layer by the mean index of its predecessors above (one downward sweep).
+  for (let i = 0; i < n; i++) if (!open[i]) layers[top - height[i]].push(i);
   const index = new Int32Array(n).fill(-1);
   const bary = new Float64Array(n);
   for (const layer of layers) {
@@ -170,28 +177,17 @@ export function plainLayoutCore(input: PlainInput): PlainOutput {
       layer[i] = k;
     });
   }
+  return layers;
+}
 
-  const x = new Float64Array(n).fill(Number.NaN);
-  const y = new Float64Array(n).fill(Number.NaN);
-  let y0 = 0;
-  for (const layer of layers) {
-    let total = nodeGap * Math.max(0, layer.length - 1);
-    let tall = 0;
-    for (const k of layer) {
-      total += width[k];
-      tall = Math.max(tall, height[k]);
-    }
-    let x0 = -total / 2;
-    for (const k of layer) {
-      x[k] = x0 + width[k] / 2;
-      y[k] = y0 + tall / 2;
-      x0 += width[k] + nodeGap;
-    }
-    y0 += tall + layerGap;
-  }
-
-  // Each open box: the rectangle around everything inside it, with the usual padding. Walking the
-  // items backwards (parents come first), every child is final before its parent takes it in.
+/** Each open box: the rectangle around everything inside it, with the usual padding (sets x, y of the
+ *  box; returns every item's box size, 0 for leaves). Walking the items backwards (parents come
+ *  first), every child is final before its parent takes it in. */
+export function plainBoxes(input: PlainInput, x: Float64Array, y: Float64Array): { width: Float64Array; height: Float64Array } {
+  const { open, parent, width, height, gaps } = input;
+  const n = open.length;
+  const padTop = gaps[2];
+  const padSide = gaps[3];
   const x1 = new Float64Array(n).fill(Number.POSITIVE_INFINITY);
   const y1 = new Float64Array(n).fill(Number.POSITIVE_INFINITY);
   const x2 = new Float64Array(n).fill(Number.NEGATIVE_INFINITY);
@@ -225,5 +221,41 @@ export function plainLayoutCore(input: PlainInput): PlainOutput {
       y2[p] = Math.max(y2[p], d);
     }
   }
-  return { x, y, width: boxW, height: boxH };
+  return { width: boxW, height: boxH };
+}
+
+/** The layout proper: layers, then each layer centred, then the boxes around their members. Items come
+ *  parents first. Refers to nothing outside `PLAIN_PARTS` (their source is shipped to a worker). */
+export function plainLayoutCore(input: PlainInput): PlainOutput {
+  const { open, width, height, source, target, gaps } = input;
+  const n = open.length;
+  const layers = plainLayers(open, plainAdjacency(open, source, target));
+  const x = new Float64Array(n).fill(Number.NaN);
+  const y = new Float64Array(n).fill(Number.NaN);
+  let y0 = 0;
+  for (const layer of layers) {
+    let total = gaps[1] * Math.max(0, layer.length - 1);
+    let tall = 0;
+    for (const k of layer) {
+      total += width[k];
+      tall = Math.max(tall, height[k]);
+    }
+    let x0 = -total / 2;
+    for (const k of layer) {
+      x[k] = x0 + width[k] / 2;
+      y[k] = y0 + tall / 2;
+      x0 += width[k] + gaps[1];
+    }
+    y0 += tall + gaps[0];
+  }
+  const boxes = plainBoxes(input, x, y);
+  return { x, y, width: boxes.width, height: boxes.height };
+}
+
+/** Every function the layout runs, the core last: the worker gets their source text. */
+export const PLAIN_PARTS = [plainAdjacency, plainLayers, plainBoxes, plainLayoutCore] as const;
+
+/** Source text of an expression that evaluates to the layout core, with its parts (for a worker). */
+export function plainCoreSource(): string {
+  return `(function(){${PLAIN_PARTS.map(String).join("\n")}\nreturn ${plainLayoutCore.name};})()`;
 }

@@ -28,8 +28,8 @@ function heatRules(t: Theme): StylesheetJson {
   return rules;
 }
 
-/** The core's rules, then `featureRules` (see `features/index.ts`), then the selection on top. */
-export function stylesheet(t: Theme, featureRules: StylesheetJson = []): StylesheetJson {
+/** Nodes and boxes by kind, the selection and the pressed state. */
+function nodeRules(t: Theme): StylesheetJson {
   return [
     {
       selector: "node",
@@ -116,6 +116,12 @@ export function stylesheet(t: Theme, featureRules: StylesheetJson = []): Stylesh
       style: { "border-color": t.brand, "border-width": 3, "border-style": "solid", "overlay-opacity": 0 },
     },
     { selector: "node:active", style: { "overlay-opacity": 0.08, "overlay-color": t.brand } },
+  ];
+}
+
+/** Edges: width by tensor count, ELK's routes, the selection's edges. */
+function edgeRules(t: Theme): StylesheetJson {
+  return [
     {
       selector: "edge",
       style: {
@@ -161,7 +167,12 @@ export function stylesheet(t: Theme, featureRules: StylesheetJson = []): Stylesh
       style: { "source-endpoint": "data(sep)", "target-endpoint": "data(tep)" } as Record<string, unknown>,
     },
     { selector: "edge.hl", style: { "line-color": t.brand, "target-arrow-color": t.brand } },
-    // --- Ghost tensors: forward-only detached / frozen tensors, greyed, take no clicks. ---
+  ];
+}
+
+/** Ghost tensors: forward-only detached / frozen tensors, greyed, take no clicks. */
+function ghostRules(t: Theme): StylesheetJson {
+  return [
     {
       selector: 'node[kind = "ghost"]',
       style: {
@@ -179,6 +190,15 @@ export function stylesheet(t: Theme, featureRules: StylesheetJson = []): Stylesh
       selector: "edge.ghost",
       style: { "line-style": "dashed", "line-dash-pattern": [4, 3], "line-color": t.ghost, "target-arrow-color": t.ghost, width: 1, events: "no" },
     },
+  ];
+}
+
+/** The core's rules, then `featureRules` (see `features/index.ts`), then the selection on top. */
+export function stylesheet(t: Theme, featureRules: StylesheetJson = []): StylesheetJson {
+  return [
+    ...nodeRules(t),
+    ...edgeRules(t),
+    ...ghostRules(t),
     // --- Heat colours (one "heat-<bin>" class per element: the overlay's values, the stepper's gradients). ---
     ...heatRules(t),
     // Edges take clicks while a feature asks for them (what-if); Cytoscape adds a hit margin around the line.

@@ -10,7 +10,8 @@ import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature, LegendItem, LegendSpec } from "../../core/feature";
 import { relayout } from "../../core/drawing";
 import { repaint } from "../../core/paint";
-import { MARK_TEXT, normalizeOverlay, overlayDecorations, overlayText, type OverlayDecorations } from "./state";
+import { callKey, nodeKey } from "../../state/quotient";
+import { detailRows, MARK_TEXT, normalizeOverlay, overlayDecorations, overlayText, overlayTooltip, type OverlayDecorations } from "./state";
 
 export interface OverlayHooks {
   /** Overlay value and mark shown for an element key ("n:<id>", "c:<call id>"). */
@@ -71,8 +72,10 @@ export const overlay: FeatureFactory<OverlayHooks> = (core: Core): Feature<Overl
     },
     legend: () => (current ? { spec: legendSpec(current) } : null),
     tooltip(key) {
-      return current && deco ? overlayText(current, deco.values.get(key), deco.marks.get(key)) : "";
+      return current && deco ? overlayTooltip(current, key, deco.values.get(key), deco.marks.get(key)) : "";
     },
+    details: (node) => (current ? detailRows(current, nodeKey(node.id)) : []),
+    callDetails: (call) => (current ? detailRows(current, callKey(call.id)) : []),
     hooks: {
       overlayOf(key) {
         const value = deco?.values.get(key);

@@ -23,7 +23,28 @@ export function normalizeOverlay(o: Partial<Overlay> | null | undefined): Overla
     encoding: o.encoding === "size" ? "size" : "color",
     marks,
     unit: typeof o.unit === "string" ? o.unit : "",
+    detail: o.detail && typeof o.detail === "object" ? o.detail : {},
   };
+}
+
+/** Rows shown in a tooltip; the details panel shows all of them. */
+export const TOOLTIP_ROWS = 6;
+
+/** The overlay's rows for an element key ("n:<id>" reads `detail[id]`, "c:<call id>" reads
+ *  `detail["call:<id>"]`); a folded stack or a ghost has none. */
+export function detailRows(overlay: Overlay, key: string): [string, string][] {
+  const id = key.startsWith("n:") ? key.slice(2) : key.startsWith("c:") ? "call:" + key.slice(2) : null;
+  const rows = id === null ? undefined : overlay.detail?.[id];
+  return Array.isArray(rows) ? rows : [];
+}
+
+/** Hover text: the value and mark line, then the first rows of detail ("… and N more" past them). */
+export function overlayTooltip(overlay: Overlay, key: string, value: number | undefined, mark: Mark | undefined): string {
+  const head = overlayText(overlay, value, mark);
+  const rows = detailRows(overlay, key);
+  const shown = rows.slice(0, TOOLTIP_ROWS).map(([label, text]) => `${label}: ${text}`);
+  if (rows.length > TOOLTIP_ROWS) shown.push(`… and ${rows.length - TOOLTIP_ROWS} more (details panel)`);
+  return [head, ...shown].filter(Boolean).join("\n");
 }
 
 export interface OverlayDecorations {

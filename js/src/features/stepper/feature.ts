@@ -2,33 +2,27 @@
 // play / pause, stepping node by node or by module box, the keys that drive it while the widget has
 // focus, and the gradient colours, edge labels and "data | grad" lines it draws.
 import type { StylesheetJson } from "cytoscape";
-import { splitFill } from "../../state/classes";
-import { fmt } from "../../state/numbers";
 import { nodeKey, representative } from "../../state/quotient";
-import { HEAT_ZERO, MARK } from "../../view/style";
+import { MARK } from "../../view/style";
 import type { Core, FeatureFactory } from "../../core/context";
 import { relayout } from "../../core/drawing";
-import type { Feature, LegendSpec } from "../../core/feature";
+import type { Feature, Slots } from "../../core/feature";
 import { repaint } from "../../core/paint";
-import { createStepper } from "./panel";
 import {
-  clampCursor,
-  firstNonfinite,
-  indexRecording,
-  INTRO,
-  nextCursor,
-  normalizeRecording,
-  passCursor,
-  pendingLeaves,
-  positionText,
-  reserveLines,
-  stepDecorations,
-  stepDetails,
-  stepForNode,
-  stepView,
-  type RecordingIndex,
-  type StepView,
-} from "./state";
+  atEnd,
+  clickTarget,
+  cursorFrom,
+  initialStepper,
+  keyAction,
+  panelFacts,
+  stepInfo,
+  stepperDecoration,
+  stepperLegend,
+  stepTarget,
+  stepTooltip,
+} from "./control";
+import { createStepper } from "./panel";
+import { clampCursor, firstNonfinite, indexRecording, INTRO, normalizeRecording, passCursor, reserveLines, stepDetails, stepView } from "./state";
 
 export interface StepperHooks {
   /** Stepper: move the cursor (-1 = before the start; clamped), as a user would (sets `step`). */
@@ -44,71 +38,59 @@ export interface StepperHooks {
   lastStepMs(): number;
 }
 
-export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Feature<StepperHooks> => {
-  const st = {
-    rix: null as RecordingIndex | null,
-    cursor: -1,
-    sv: null as StepView | null,
-    playing: false,
-    timer: null as ReturnType<typeof setInterval> | null,
-    speed: 2,
-    byModule: false,
-    lastMs: 0,
-    flowEdges: [] as string[],
-  };
-  const panel = createStepper({
-    seek: (c) => seek(c, true),
-    step: (dir) => userStep(dir),
-    togglePlay: () => setPlaying(!st.playing),
-    setSpeed(v) {
-      st.speed = v;
-      if (st.playing) setPlaying(true);
-    },
-    setPass: (p) => st.rix && seek(passCursor(st.rix, p), true),
-    setByModule: (on) => setByModule(on),
-    firstNonfinite: () => st.rix && seek(firstNonfinite(st.rix.steps), true),
-  });
-  slots.top.append(panel.element);
-  slots.body.append(panel.details);
+/** The stepper's moving parts: the model (`control.ts`), its panel, the play timer, and the moves that
+ *  keep the three and the `step` trait in step. */
+class StepperRun {
+  readonly st = initialStepper();
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private readonly panel: ReturnType<typeof createStepper>;
+
+  constructor(
+    private readonly core: Core,
+    slots: Slots,
+  ) {
+    const st = this.st;
+    this.panel = createStepper({
+      seek: (c) => this.seek(c, true),
+      step: (dir) => this.userStep(dir),
+      togglePlay: () => this.setPlaying(!st.playing),
+      setSpeed: (v) => {
+        st.speed = v;
+        if (st.playing) this.setPlaying(true);
+      },
+      setPass: (p) => st.rix && this.seek(passCursor(st.rix, p), true),
+      setByModule: (on) => this.setByModule(on),
+      firstNonfinite: () => st.rix && this.seek(firstNonfinite(st.rix.steps), true),
+    });
+    slots.top.append(this.panel.element);
+    slots.body.append(this.panel.details);
+  }
 
   /** The element drawn for a node now (itself, or the closed box or stack that hides it). */
-  const repOf = (nodeId: string): string => {
-    const n = st.rix?.nodes.get(nodeId);
-    return n ? representative(n, core.index, core.expanded, core.folded) : nodeKey(nodeId);
+  readonly repOf = (nodeId: string): string => {
+    const n = this.st.rix?.nodes.get(nodeId);
+    return n ? representative(n, this.core.index, this.core.expanded, this.core.folded) : nodeKey(nodeId);
   };
-  const colouring = (): boolean => !!st.rix && st.cursor >= 0;
 
-  function updatePanel(): void {
-    const { root, body, view } = core;
-    const { rix, sv, cursor } = st;
-    panel.setVisible(!!rix);
-    if (body.classList.contains("gradviz-with-side") !== !!rix) {
-      body.classList.toggle("gradviz-with-side", !!rix);
-      view.resize();
+  updatePanel(): void {
+    const { st, core, panel } = this;
+    panel.setVisible(!!st.rix);
+    if (core.body.classList.contains("gradviz-with-side") !== !!st.rix) {
+      core.body.classList.toggle("gradviz-with-side", !!st.rix);
+      core.view.resize();
     }
-    root.dataset.step = String(cursor);
-    if (!rix || !sv) {
-      root.dataset.stepNode = "";
-      return;
-    }
-    root.dataset.stepNode = sv.step ? sv.step.node : "";
-    panel.update({
-      cursor,
-      total: rix.steps.length,
-      passes: rix.passes,
-      pass: sv.pass,
-      playing: st.playing,
-      position: positionText(rix, sv),
-      pending: pendingLeaves(rix, sv),
-      boxes: core.index.order.length > 0,
-      firstNonfinite: firstNonfinite(rix.steps),
-    });
-    panel.showDetails(stepDetails(rix, sv) ?? INTRO);
+    core.root.dataset.step = String(st.cursor);
+    core.root.dataset.stepNode = st.sv?.step ? st.sv.step.node : "";
+    const facts = panelFacts(st, core.index.order.length > 0);
+    if (!facts || !st.rix || !st.sv) return;
+    panel.update(facts);
+    panel.showDetails(stepDetails(st.rix, st.sv) ?? INTRO);
     core.details.hide();
   }
 
   /** Move the cursor and repaint (styles only); `save` when the user moved it. */
-  function seek(c: number, save: boolean): void {
+  seek(c: number, save: boolean): void {
+    const { st, core } = this;
     if (!st.rix) return;
     const started = performance.now();
     const next = clampCursor(st.rix, c);
@@ -119,118 +101,85 @@ export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Featur
       core.model.save_changes();
     }
     if (changed || save) repaint(core);
-    if (changed && st.sv?.step) core.view.ensureVisible(repOf(st.sv.step.node), { side: 30, top: 30, bottom: 110 });
+    if (changed && st.sv?.step) core.view.ensureVisible(this.repOf(st.sv.step.node), { side: 30, top: 30, bottom: 110 });
     st.lastMs = performance.now() - started;
     core.root.dataset.stepMs = st.lastMs.toFixed(1);
   }
 
-  function userStep(dir: 1 | -1): void {
-    if (!st.rix) return;
-    seek(nextCursor(st.rix, st.cursor, dir, st.byModule ? repOf : undefined), true);
+  userStep(dir: 1 | -1): void {
+    const to = stepTarget(this.st, dir, this.repOf);
+    if (to !== null) this.seek(to, true);
   }
 
-  function setPlaying(on: boolean): void {
-    if (st.timer) clearInterval(st.timer);
-    st.timer = null;
+  setPlaying(on: boolean): void {
+    const st = this.st;
+    this.stop();
     st.playing = on && !!st.rix;
-    if (st.playing && st.rix) {
-      if (st.cursor >= st.rix.steps.length - 1) seek(-1, true);
-      st.timer = setInterval(() => {
-        if (!st.rix || st.cursor >= st.rix.steps.length - 1) {
-          setPlaying(false);
-          return;
-        }
-        userStep(1);
-        if (st.rix && st.cursor >= st.rix.steps.length - 1) setPlaying(false);
+    if (st.playing) {
+      if (atEnd(st)) this.seek(-1, true);
+      this.timer = setInterval(() => {
+        if (!atEnd(st)) this.userStep(1);
+        if (atEnd(st)) this.setPlaying(false);
       }, 1000 / st.speed);
     }
-    core.root.dataset.playing = String(st.playing);
-    updatePanel();
+    this.core.root.dataset.playing = String(st.playing);
+    this.updatePanel();
   }
 
-  function setByModule(on: boolean): void {
-    st.byModule = on;
-    updatePanel();
+  setByModule(on: boolean): void {
+    this.st.byModule = on;
+    this.updatePanel();
   }
 
   /** Index the `recording` trait against the payload (stops playing; the cursor comes from `step`). */
-  function loadRecording(): void {
+  loadRecording(): void {
+    const { st, core } = this;
     const rec = normalizeRecording(core.model.get("recording"));
-    setPlaying(false);
+    this.setPlaying(false);
     st.rix = rec ? indexRecording(rec, core.payload) : null;
-    st.cursor = st.rix ? clampCursor(st.rix, Number(core.model.get("step") ?? -1)) : -1;
+    st.cursor = cursorFrom(st, core.model.get("step"));
     core.body.classList.toggle("gradviz-with-side", !!st.rix);
     core.view.resize();
   }
 
-  function legendSpec(): LegendSpec {
-    const sc = st.rix?.scale;
-    return {
-      title: "gradient each node received (‖·‖, log scale)",
-      scaleText: "",
-      min: sc ? fmt(sc.min) : "—",
-      max: sc ? fmt(sc.max) : "—",
-      ramp: true,
-      items: [
-        { kind: "run", text: "running now", border: MARK.run },
-        { kind: "flow", text: "gradient sent now", fill: MARK.flow },
-        { kind: "neutral", text: "not run yet" },
-        { kind: "zero", text: "zero", fill: HEAT_ZERO },
-      ],
-    };
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
   }
+}
 
+export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Feature<StepperHooks> => {
+  const run = new StepperRun(core, slots);
+  const st = run.st;
   return {
     name: "stepper",
     styles: stepperStyles,
     traits: {
       recording() {
-        loadRecording();
+        run.loadRecording();
         void relayout(core, {}); // node sizes depend on the recording's "data | grad" lines
       },
       step() {
-        if (!st.rix) return;
-        const c = clampCursor(st.rix, Number(core.model.get("step")));
-        if (c !== st.cursor) seek(c, false);
+        const c = cursorFrom(st, core.model.get("step"));
+        if (st.rix && c !== st.cursor) run.seek(c, false);
       },
     },
-    loaded: loadRecording,
-    decorate(shown) {
-      const sv = (st.sv = st.rix ? stepView(st.rix, st.cursor) : null);
-      if (!st.rix || !sv) {
-        st.flowEdges = [];
-        return null;
-      }
-      const d = stepDecorations(st.rix, sv, shown, repOf);
-      st.flowEdges = [...d.edgeLabels.keys()];
-      const { fill, rest } = splitFill(d.classes);
-      // While it colours the graph the stepper owns the fill and the sizes (an overlay's wait).
-      return colouring() ? { classes: rest, fill, sizes: new Map(), lines: d.lines, edgeLabels: d.edgeLabels } : { classes: rest, lines: d.lines, edgeLabels: d.edgeLabels };
-    },
-    painted: updatePanel,
-    legend: () => (st.rix ? { spec: legendSpec(), fallback: !colouring() } : null),
-    tooltip(key) {
-      if (!st.rix || !st.sv || !key.startsWith("n:")) return "";
-      const r = st.sv.ran.get(key.slice(2));
-      return r ? `gradient received: ‖·‖ ${r.nonfinite ? "NaN/Inf" : fmt(r.norm)}` : "";
-    },
-    click(_key, kind) {
-      if (!st.rix || (kind !== "op" && kind !== "leaf")) return false;
-      const at = stepForNode(st.rix, st.cursor, _key.slice(2));
-      if (at === null) return false;
-      seek(at, true);
-      return true;
+    loaded: () => run.loadRecording(),
+    decorate: (shown) => stepperDecoration(st, (st.sv = st.rix ? stepView(st.rix, st.cursor) : null), shown, run.repOf),
+    painted: () => run.updatePanel(),
+    legend: () => (st.rix ? { spec: stepperLegend(st.rix), fallback: st.cursor < 0 } : null),
+    tooltip: (key) => stepTooltip(st, key),
+    click(key, kind) {
+      const at = clickTarget(st, key, kind);
+      if (at !== null) run.seek(at, true);
+      return at !== null;
     },
     key(e) {
-      // → / ← step, Space plays or pauses; keys meant for a focused control are left alone.
-      if (!st.rix || e.altKey || e.ctrlKey || e.metaKey) return false;
-      const target = e.target as HTMLElement | null;
-      const tag = target?.tagName ?? "";
-      const isRange = tag === "INPUT" && (target as HTMLInputElement).type === "range";
-      if ((e.key === "ArrowRight" || e.key === "ArrowLeft") && !isRange && tag !== "SELECT") userStep(e.key === "ArrowRight" ? 1 : -1);
-      else if ((e.key === " " || e.key === "Spacebar") && !["BUTTON", "INPUT", "SELECT", "TEXTAREA"].includes(tag)) setPlaying(!st.playing);
-      else return false;
-      return true;
+      const target = e.target as HTMLInputElement | null;
+      const action = keyAction(st, { key: e.key, altKey: e.altKey, ctrlKey: e.ctrlKey, metaKey: e.metaKey, tag: target?.tagName ?? "", inputType: target?.type });
+      if (action === "play") run.setPlaying(!st.playing);
+      else if (action) run.userStep(action === "forward" ? 1 : -1);
+      return action !== null;
     },
     /** Room each node needs for its recorded "data | grad" lines. */
     reserve: () => {
@@ -238,22 +187,13 @@ export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Featur
       return rix ? (key) => (key.startsWith("n:") ? reserveLines(rix, key.slice(2)) : null) : null;
     },
     hooks: {
-      stepTo: (c) => seek(c, true),
+      stepTo: (c) => run.seek(c, true),
       currentStep: () => st.cursor,
-      stepInfo: () => ({
-        cursor: st.cursor,
-        pass: st.rix ? (st.sv?.pass ?? 0) : 0,
-        node: st.sv?.step ? st.sv.step.node : null,
-        flowEdges: [...st.flowEdges],
-        playing: st.playing,
-        byModule: st.byModule,
-      }),
-      setByModule,
+      stepInfo: () => stepInfo(st),
+      setByModule: (on) => run.setByModule(on),
       lastStepMs: () => st.lastMs,
     },
-    dispose() {
-      if (st.timer) clearInterval(st.timer);
-    },
+    dispose: () => run.stop(),
   };
 };
 

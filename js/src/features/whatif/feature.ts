@@ -3,23 +3,22 @@
 // Verify asks Python to re-run the model (`verified`, `can_verify`).
 import type { StylesheetJson } from "cytoscape";
 import type { Toggles, WhatIfAnswer } from "../../payload";
-import { h } from "../../panels/dom";
 import { readable, type Theme } from "../../view/theme";
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import { setSelected } from "../../core/selection";
 import { decorate, type Decorations } from "./decorate";
-import { BANNER_CSS, createWhatIfPanel } from "./panel";
+import { BANNER_CSS, createModeButton, createWhatIfPanel } from "./panel";
 import {
-  CALL_PREFIX,
+  answerCopy,
+  clickToggles,
   EMPTY_TOGGLES,
   evaluate,
   normalizeToggles,
   sameToggles,
   summaryText,
   tensorsOfEdges,
-  toggleItem,
   toggleTensors,
   type WhatIfState,
 } from "./state";
@@ -48,18 +47,7 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
     verify: () => void core.messenger.request("verify", {}),
   });
   slots.top.append(panel.element);
-  const button = h(
-    "button",
-    {
-      type: "button",
-      class: "gradviz-whatif-toggle",
-      "data-testid": "gradviz-whatif-toggle",
-      "aria-pressed": "false",
-      title: "What-if mode: click tensors, ops, leaves and boxes to detach / freeze them and see which leaves lose gradient",
-    },
-    "✂ What-if",
-  );
-  button.addEventListener("click", () => setMode(!wi.mode));
+  const button = createModeButton(() => setMode(!wi.mode));
   slots.tools.append(button);
 
   function recompute(): void {
@@ -137,14 +125,9 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
     },
     painted: updatePanel,
     click(key, kind, shift) {
-      // In what-if mode a click toggles (leaf: freeze, op: detach, box: detach, shift: freeze).
-      if (!wi.mode || kind === "root" || kind === "ghost" || kind === "folded") return false;
-      const id = key.slice(2);
-      if (kind === "leaf") userToggle(toggleItem(wi.toggles, "freeze", id));
-      else if (kind === "op") userToggle(toggleItem(wi.toggles, "detach", id));
-      else if (shift) userToggle(toggleItem(wi.toggles, "freeze", CALL_PREFIX + id));
-      else userToggle(toggleItem(wi.toggles, "detach", CALL_PREFIX + id));
-      return true;
+      const next = wi.mode ? clickToggles(wi.toggles, key, kind, shift) : null;
+      if (next) userToggle(next);
+      return next !== null;
     },
     tapEdge(key) {
       // A click on an edge detaches (or restores) the tensors it carries.
@@ -154,10 +137,7 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
       return true;
     },
     hooks: {
-      whatIf: () => {
-        const a = (wi.state ?? evaluate(core.payload, wi.toggles)).answer;
-        return { lost: [...a.lost], pruned: [...a.pruned], runs: a.runs, total: a.total };
-      },
+      whatIf: () => answerCopy(wi.state ?? evaluate(core.payload, wi.toggles)),
       whatIfMode: () => wi.mode,
       setWhatIfMode: setMode,
       lastWhatIfMs: () => wi.lastMs,

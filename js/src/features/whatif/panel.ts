@@ -136,3 +136,20 @@ function list(names: string[], max = 6): string {
 function normalize(t: Partial<Toggles>): Toggles {
   return { detach: Array.isArray(t.detach) ? t.detach : [], freeze: Array.isArray(t.freeze) ? t.freeze : [] };
 }
+
+/** The toolbar's what-if mode toggle (`aria-pressed` says the mode). */
+export function createModeButton(onClick: () => void): HTMLButtonElement {
+  const button = h(
+    "button",
+    {
+      type: "button",
+      class: "gradviz-whatif-toggle",
+      "data-testid": "gradviz-whatif-toggle",
+      "aria-pressed": "false",
+      title: "What-if mode: click tensors, ops, leaves and boxes to detach / freeze them and see which leaves lose gradient",
+    },
+    "✂ What-if",
+  );
+  button.addEventListener("click", onClick);
+  return button;
+}

@@ -284,3 +284,19 @@ export function leafName(payload: GraphPayload, i: number): string {
   const n = payload.nodes[i];
   return n.names.length ? n.names[0] : n.label || n.id;
 }
+
+/** What a click does in what-if mode (null: not a toggle): a leaf freezes, an op detaches its outputs,
+ *  a box detaches its outputs (shift: freezes its parameters); roots, ghosts and stacks toggle nothing. */
+export function clickToggles(t: Toggles, key: string, kind: string, shift: boolean): Toggles | null {
+  if (kind === "root" || kind === "ghost" || kind === "folded") return null;
+  const id = key.slice(2);
+  if (kind === "leaf") return toggleItem(t, "freeze", id);
+  if (kind === "op") return toggleItem(t, "detach", id);
+  return toggleItem(t, shift ? "freeze" : "detach", CALL_PREFIX + id);
+}
+
+/** The answer as the `whatIf()` hook gives it (copies: a test may keep it). */
+export function answerCopy(state: WhatIfState): WhatIfAnswer {
+  const a = state.answer;
+  return { lost: [...a.lost], pruned: [...a.pruned], runs: a.runs, total: a.total };
+}
