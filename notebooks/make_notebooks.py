@@ -588,6 +588,68 @@ assert dx.ok"""),
     ("code", """before = {n: p.detach().clone() for n, p in model.named_parameters()}
 gv.doctor(step, model, opt)
 print("unchanged:", all(torch.equal(p, before[n]) for n, p in model.named_parameters()))"""),
+    ("md", """## Why does my adapter get no gradient? `gv.why` and `prove()`
+
+A LoRA fine-tune: a frozen embedding, a frozen base layer, a trainable adapter (`lora_A`, `lora_B`), and a
+hand-written activation checkpoint around the block to save memory. `checkpoint(..., use_reentrant=True)`
+runs the block under `no_grad` and relies on its *inputs* requiring grad to make a backward node; the frozen
+embedding's output does not, so PyTorch makes none, warns once, and the adapter silently learns nothing."""),
+    ("code", """from torch.utils.checkpoint import checkpoint
+
+class LoraBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base = nn.Linear(16, 16).requires_grad_(False)     # frozen base weight
+        self.lora_A = nn.Linear(16, 4, bias=False)
+        self.lora_B = nn.Linear(4, 16, bias=False)
+        nn.init.normal_(self.lora_B.weight, std=0.02)
+    def forward(self, h):
+        return self.base(h) + self.lora_B(self.lora_A(h))
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 16).requires_grad_(False)  # frozen embedding
+        self.block, self.head = LoraBlock(), nn.Linear(16, 1)
+        self.use_reentrant = True
+    def forward(self, ids):
+        h = self.embed(ids)
+        h = checkpoint(self.block, h, use_reentrant=self.use_reentrant)  # saves memory, cuts the adapter
+        return self.head(h).mean()
+
+torch.manual_seed(0)
+lm, ids = TinyLM(), torch.randint(0, 100, (4, 12))
+lm_opt = torch.optim.AdamW([p for p in lm.parameters() if p.requires_grad], lr=1e-3)
+
+def lm_step():
+    lm_opt.zero_grad()
+    lm(ids).backward()
+    lm_opt.step()
+
+dx = gv.doctor(lm_step, lm, lm_opt)
+print(dx.summary())"""),
+    ("md", """`gv.why` answers for one parameter: what was measured (`status`: its `.grad` is `None`), the first
+cause on its way to the loss with the evidence (the checkpoint call's line, the module, what PyTorch did),
+and the fix. It reads the step the doctor observed; `gv.why(graph, name)` does the same for a `gv.trace`
+graph, and the graph's details panel shows the same answer under "Why?"."""),
+    ("code", """dx.why("block.lora_A.weight")"""),
+    ("md", """`prove()` re-runs the forward and backward with the fix applied (here: the block run without the
+reentrant checkpoint, which is what `use_reentrant=False` computes), inside the sandbox, and measures the
+gradient. The model is not changed: its weights and `.grad` are the same afterwards."""),
+    ("code", """w = gv.why(lm, "block.lora_A.weight", fn=lambda: lm(ids))
+proof = w.prove()
+print(proof)
+assert proof.proven and lm.block.lora_A.weight.grad is None"""),
+    ("md", """Now fix it for real (`use_reentrant=False`; or make the block's input require grad, as
+`model.enable_input_require_grads()` does for Hugging Face models) and ask the doctor again."""),
+    ("code", """lm.use_reentrant = False
+dx = gv.doctor(lm_step, lm, lm_opt)
+print(dx.summary())
+assert dx.ok"""),
+    ("md", """Not every zero is a bug. A fresh LoRA starts with `B = 0`, so `A`'s gradient is exactly zero until
+`B` moves: `gv.why` explains it as expected instead of flagging it."""),
+    ("code", """nn.init.zeros_(lm.block.lora_B.weight)
+gv.why(lm, "block.lora_A.weight", fn=lambda: lm(ids))"""),
 ]
 
 DISTRIBUTED = [

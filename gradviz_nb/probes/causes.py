@@ -118,7 +118,8 @@ def cut_cause(status: str, name: str, e: Evidence, events: Sequence[Evidence], n
                     "grad enabled used it")
     elif e.kind == "reentrant-checkpoint":
         kind = "reentrant-checkpoint"
-        cause = f"a reentrant checkpoint (called at {e.via}) ran its module {e.where!r} without gradient tracking"
+        cause = (f"a reentrant checkpoint (called at {e.via}) ran {e.where!r} under no_grad, and none of its inputs "
+                 "required grad")
         evidence = (f"gv.capture saw {name} used at {e.line} inside torch.utils.checkpoint's reentrant forward "
                     "(run under no_grad); none of the checkpoint's inputs required grad, so PyTorch made no "
                     "backward node for it and its inner parameters get no gradient")
