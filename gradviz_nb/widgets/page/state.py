@@ -203,7 +203,7 @@ def snapshot(graph: AutogradGraph, state: Mapping[str, Any], index: lazy_mode.La
         index = lazy_mode.LazyGraph(graph)
     caption = "\n".join(graph.summary().splitlines()[:2])
     values = export_answers(graph)
-    leaves = [*values, *(n for n in graph.leaves().values() if n not in values)]
+    leaves = list(dict.fromkeys([*values, *graph.leaves().values()]))  # tied weights: one node, several names
     whys = why_answers(graph if why_source is None else why_source, graph, leaves)
     return Snapshot(cast(Traits, out), answers(index if is_lazy else None, values, whys), caption)
 
