@@ -20,6 +20,7 @@ optimizer and scheduler the first time it is touched, before the touch, so the d
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import weakref
@@ -59,7 +60,7 @@ class Backward:
     by before backward, 1.0 when none was seen) with the lines that did it, ``forward`` (how many model forwards
     had run in the step when it started), ``batch`` (that forward's input fingerprint), ``repeat_of`` (index
     of an earlier backward of this step on the very same loss tensor), ``contrib`` (name -> L2 norm of the
-    ``.grad`` delta it added)."""
+    ``.grad`` delta it added, divided by ``amp``: a GradScaler's scale the loss was multiplied by)."""
 
     order: int
     index: int
@@ -70,6 +71,7 @@ class Backward:
     batch: tuple[Any, ...] | None = None
     repeat_of: int | None = None
     contrib: dict[str, float] = field(default_factory=dict)
+    amp: float = 1.0  # a GradScaler's scale on the loss, taken out of ``contrib``
 
 
 @dataclass
@@ -149,6 +151,10 @@ class _ScaleMode(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
         self.seen: dict[int, tuple[weakref.ref[torch.Tensor], float, tuple[str, ...]]] = {}
+        self.amp: dict[int, float] = {}  # product of tensor multipliers (a GradScaler's scale) on the way
+
+    def amp_of(self, t: object) -> float:
+        return self.amp.get(id(t), 1.0) if self.lookup(t) is not None else 1.0
 
     def lookup(self, t: object) -> tuple[float, tuple[str, ...]] | None:
         hit = self.seen.get(id(t))
@@ -171,6 +177,7 @@ class _ScaleMode(TorchFunctionMode):
             if base is None or other is None or abs(base[0] - other[0]) > 1e-6 * abs(base[0]):
                 return
             self.seen[id(out)] = (weakref.ref(out), base[0], base[1])
+            self.amp[id(out)] = self.amp_of(a)
             return
         f0, lines = base if base is not None else (1.0, ())
         number = float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else None
@@ -180,9 +187,12 @@ class _ScaleMode(TorchFunctionMode):
         if number is None or number == 0:
             if isinstance(b, torch.Tensor) and not b.requires_grad:  # a GradScaler's scale: follow, not counted
                 self.seen[id(out)] = (weakref.ref(out), f0, lines)
+                self.amp[id(out)] = self.amp_of(a) * (float(b) if b.numel() == 1 and func in _MUL else 1.0)
             return
         factor = 1 / number if func in _DIV else number
+        amp = self.amp_of(a)
         self.seen[id(out)] = (weakref.ref(out), f0 * factor, (*lines, caller_line()))
+        self.amp[id(out)] = amp
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -268,7 +278,9 @@ class StepWatch:
     def check_recreated(self) -> None:
         for n, p in self.model.named_parameters():
             old = self.start.get(n)
-            if old is not None and old is not p and n not in self.ev.recreated:
+            if old is None or hasattr(old, "to_local") or hasattr(p, "to_local"):
+                continue  # FSDP2 swaps its DTensor shards for unsharded parameters around forward: by design
+            if old is not p and n not in self.ev.recreated:
                 self.ev.recreated[n] = id(old)
 
     # -- backward -----------------------------------------------------------------------------------------
@@ -282,13 +294,15 @@ class StepWatch:
         loss = None
         repeat = None
         scale: tuple[float, tuple[str, ...]] | None = None
+        amp = 1.0
         if isinstance(root, torch.Tensor):
             loss = float(root.detach().float().sum()) if root.numel() else None
             repeat = next((i for i, r in enumerate(self._roots) if r() is root), None)
             scale = self._scales.lookup(root)
+            amp = self._scales.amp_of(root)
             self._roots.append(weakref.ref(root))
         rec = Backward(order, len(self.ev.backwards), loss, *(scale or (1.0, ())), self.ev.forwards, self._batch,
-                       repeat)
+                       repeat, amp=amp)
 
         def after(graph: Any) -> Backward:
             for n, t in tensors.items():
@@ -297,7 +311,7 @@ class StepWatch:
                     continue
                 old = before.get(n)
                 delta = g if old is None or old.shape != g.shape or old.layout != g.layout else g - old
-                v = _norm(delta)
+                v = _norm(delta) / (amp if amp > 0 and math.isfinite(amp) else 1.0)
                 if v > 0:
                     rec.contrib[n] = v
             if graph is not None:

@@ -214,3 +214,25 @@ def test_patches_and_optimizers_not_passed_in_are_put_back(fail: bool) -> None:
     assert all(a is b or a == b for a, b in zip(before, after, strict=True))
     assert not head.state and head.param_groups[0]["lr"] == 1e-2
     assert (head.state_dict(), sched.state_dict()) == states
+
+
+@pytest.mark.parametrize("divide", [True, False])
+def test_accumulation_under_a_grad_scaler_reads_the_division_through_the_scale(divide: bool) -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def step() -> None:
+        opt.zero_grad()
+        for xb, yb in zip(X.chunk(3), Y.chunk(3), strict=True):
+            loss = _loss(model, xb, yb)
+            scaler.scale(loss / 3 if divide else loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    found = gv.doctor(step, model, opt).of_kind("unscaled-accumulation")
+    assert bool(found) != divide
+    if found:  # per-backward gradients in the loss's units (the scale taken out), like the one the step used
+        each = [float(v) for v in found[0].evidence.split("|g| per backward ")[1].split(";")[0].split(", ")]
+        used = float(found[0].evidence.split("their sum, |g| ")[1].split(" ")[0])
+        assert max(each) < used * 3
