@@ -50,14 +50,15 @@ def test_why_row_shows_the_saved_answer_for_a_zeroed_weight(browser: Any, tmp_pa
     button = page.locator("[data-testid=gradviz-why]")
     button.wait_for(timeout=30_000)
     assert button.inner_text() == "Why?"
-    assert page.evaluate("() => window.gradvizModel.sent.filter((m) => m.kind === 'why').length") == 0  # asked on press only
+    asked = "() => window.gradvizModel.sent.filter((m) => m.kind === 'why').length"
+    assert page.evaluate(asked) == 0  # asked on press only
     button.click()
     page.wait_for_function(ANSWERED_JS, timeout=30_000)
     rows = dict(page.evaluate(ROWS_JS))
     assert rows["why"].startswith("its gradient is exactly zero")
     assert expected["kind"] in rows["why"]
     assert rows["  cause"] == expected["cause"] and rows["  fix"] == expected["fix"]
-    assert page.evaluate("() => window.gradvizModel.sent.filter((m) => m.kind === 'why').length") == 1
+    assert page.evaluate(asked) == 1
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "details-why.png"))
     # An op has no Why? row; a leaf the export saved no answer for says so.
