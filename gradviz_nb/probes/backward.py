@@ -3,15 +3,13 @@
 Hooks on every autograd node of the traced graph record, in the order PyTorch's engine runs them, the
 gradient each node received (its input buffer, already summed over consumers) and the gradients it
 sent to each input. Statistics are kept as small tensors during the pass and turned into numbers once
-at the end (a ``.item()`` per gradient per node would triple the backward time); full values are kept
-for small gradients and for leaves. By default the user's ``.grad`` are put back exactly as they were.
+at the end (:mod:`gradviz_nb.probes.backward_stats`); full values are kept for small gradients and for
+leaves. By default the user's ``.grad`` are put back exactly as they were.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ from torch import nn
 
 from gradviz_nb.analysis.derivatives import explain
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward_stats import SAME_ELEMENTS, SMALL, GradStats, Pending, Tracker, resolve
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.ghosts import InplaceWrite
@@ -31,14 +30,6 @@ from gradviz_nb.validate import boolean, instance, not_meta
 if TYPE_CHECKING:
     from gradviz_nb.probes.breakpoints import Stop
 
-SMALL = 64  # gradients with at most this many elements keep their full values
-# Ops whose gradient is the gradient received, only reshaped or permuted: same elements, same statistics.
-SAME_ELEMENTS = frozenset({
-    "TBackward0", "TransposeBackward0", "TransposeBackward1", "PermuteBackward0", "ViewBackward0",
-    "UnsafeViewBackward0", "ReshapeAliasBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
-    "SqueezeBackward3", "SqueezeBackward4", "UnsqueezeBackward0", "CloneBackward0", "AliasBackward0",
-})
-
 
 def as_list(t: torch.Tensor) -> list[float]:
     """Every element, flat (a sparse gradient densified first; a complex one as its magnitudes ``|g|``,
@@ -46,18 +37,6 @@ def as_list(t: torch.Tensor) -> list[float]:
     t = t.to_dense() if t.is_sparse else t
     values: list[float] = (t.abs() if t.is_complex() else t).flatten().tolist()
     return values
-
-
-@dataclass
-class GradStats:
-    """One gradient tensor: shape and statistics always; ``value`` when small, asked for, or a leaf's."""
-
-    shape: list[int]
-    norm: float
-    mean: float
-    max_abs: float
-    nonfinite: bool
-    value: torch.Tensor | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -84,56 +63,14 @@ class Step:
     leaf_after: GradStats | None = None  # and after
 
 
-class _Pending:
-    """Per-gradient statistics as one stacked tensor; converted to floats once, after the pass."""
-
-    def __init__(self, t: torch.Tensor, keep: bool, copy: bool = True) -> None:
-        g = t.detach()
-        n = g.numel()
-        # A sparse gradient (nn.Embedding(sparse=True)) stores only the rows used: reduce its coalesced
-        # values (the rest are zeros, which change neither norm nor max) and divide the sum by every element.
-        stored = g.coalesce()._values() if g.is_sparse else g
-        if n == 0 or stored.numel() == 0:
-            self.stats = torch.zeros(4)
-        else:
-            # Four reductions straight on the tensor and one stack: nothing else per gradient (mean, max |g|
-            # and the non-finite flag are worked out from these numbers once, after the pass, in _resolve).
-            # Gradients are often expanded or transposed views, and flattening them would copy (that copy
-            # alone cost more than the backward). Measured on GPT-2's gradients: amax and amin are ~5x faster
-            # than aminmax, abs().max() or the inf-norm on the transposed views autograd produces.
-            if stored.is_complex():  # statistics of the magnitudes |g|: the true norm and max |g|
-                stored = stored.abs()
-            self.stats = torch.stack([torch.linalg.vector_norm(stored), stored.sum(), stored.amax(), stored.amin()])
-        self.n = n
-        self.shape = list(g.shape)
-        # A leaf's incoming gradient is kept by reference (it costs what .grad would) unless later
-        # passes may add into it in place (accumulate=True).
-        if g.is_sparse and n <= SMALL:
-            g = g.to_dense()  # small values reach the page as plain lists
-        self.value = (g.clone() if copy else g) if keep or n <= SMALL else None
-
-    def resolve(self, numbers: list[float]) -> GradStats:
-        norm, total, top, bottom = numbers
-        bad = not math.isfinite(total) or norm != norm  # a NaN or Inf element makes the sum non-finite
-        return GradStats(self.shape, norm, total / self.n if self.n else 0.0, max(top, -bottom), bad, self.value)
-
-    def alias(self, t: torch.Tensor, keep: bool, copy: bool) -> _Pending:
-        """The statistics of ``t``, a reshaped or transposed view of this gradient (same elements), without
-        reading it again; its own shape and value."""
-        twin = _Pending.__new__(_Pending)
-        twin.stats, twin.n, twin.shape = self.stats, self.n, list(t.shape)
-        g = t.detach()
-        twin.value = (g.clone() if copy else g) if keep or self.n <= SMALL else None
-        return twin
-
-
 @dataclass
 class _PendingStep:
     step: Step
-    outs: list[_Pending | None]
-    ins: list[_Pending | None] = field(default_factory=list)
-    before: _Pending | None = None
-    after: _Pending | None = None
+    outs: list[Pending | None]
+    ins: list[Pending | None] = field(default_factory=list)
+    before: Pending | None = None
+    after: Pending | None = None
+    by_ref: bool = False  # a leaf whose value is read from .grad after the pass (_Recorder.from_grad)
 
 
 class BackwardRecording:
@@ -276,6 +213,34 @@ def record_backward(
         for step in rec.steps:
             print(step.op, [g.norm for g in step.grad_inputs if g])
     """
+    _check_args(loss, grad, accumulate, keep_values, keep_leaf_values, into, model)
+    graph, nodes = trace_with_nodes(loss, model, capture, names)
+    rec = into if into is not None else BackwardRecording(graph)
+    if into is not None and _signature(into.graph) != _signature(graph):
+        raise GradvizError("into=: this loss's graph differs from the recording's; record it separately.")
+    if rec.passes == 0:
+        rec.values, rec.exponents = _forward_values(graph, nodes)
+    run = _Recorder(rec, graph, nodes, accumulate, keep_values, keep_leaf_values)
+    run.hidden = _hidden_params(model, names, run.leaf_tensors.values())
+    handles = run.install(nodes)
+    try:
+        with _grads_put_back([*run.leaf_tensors.values(), *(t for t, _ in run.hidden)], enabled=not accumulate):
+            loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
+            run.read_leaf_values()  # before .grad is put back: what backward left there
+    except RuntimeError as err:
+        failing = next((p.step.node for p in reversed(run.order) if p.step.node not in run.finished), None)
+        writes = [w for cap in ([capture] if capture is not None else watched()) for w in cap.inplace]
+        raise _backward_error(err, graph, failing, writes) from err
+    finally:
+        for h in handles:
+            h.remove()
+        del nodes, handles  # drop every autograd Node reference
+    run.finish()
+    return rec
+
+
+def _check_args(loss: Any, grad: Any, accumulate: bool, keep_values: bool, keep_leaf_values: bool, into: Any,
+                model: nn.Module | None) -> None:
     if not isinstance(loss, torch.Tensor):
         raise GradvizError(f"record_backward needs the loss tensor, got {type(loss).__name__}.")
     if loss.grad_fn is None:
@@ -293,97 +258,134 @@ def record_backward(
     if into is not None:
         instance("into", into, BackwardRecording, "a BackwardRecording (an earlier gv.record_backward) or None")
     not_meta("gv.record_backward", loss, model)
-    graph, nodes = trace_with_nodes(loss, model, capture, names)
-    rec = into if into is not None else BackwardRecording(graph)
-    if into is not None and _signature(into.graph) != _signature(graph):
-        raise GradvizError("into=: this loss's graph differs from the recording's; record it separately.")
-    pass_index = rec.passes
-    leaf_tensors = {n: fn.variable for fn, n in nodes.items() if graph.nx.nodes[n]["kind"] == "leaf"}
-    producers = {n: [(nodes[nxt], out) if nxt is not None else None for nxt, out in fn.next_functions]
-                 for fn, n in nodes.items()}
-    if pass_index == 0:
-        rec.values, rec.exponents = _forward_values(graph, nodes)
-    _track = _Tracker()
-    one_slot = {n for n in graph.nx if sum(len(s) for _, _, s in graph.nx.out_edges(n, data="slots")) == 1}
-    running: dict[str, _PendingStep] = {}  # each node runs at most once per pass
-    order: list[_PendingStep] = []
-    leaf_grads: dict[str, torch.Tensor] = {}
-    hidden = _hidden_params(model, names, leaf_tensors.values())
-    hidden_grads: dict[str, torch.Tensor | None] = {}
-    finished: set[str] = set()  # nodes whose post-hook ran: a backward error came from one that did not
-    op_of = {n: graph.nx.nodes[n]["op"] for n in nodes.values()}
 
-    def pre(node_id: str, op: str) -> Any:
+
+def _distributed() -> bool:
+    dist = getattr(torch, "distributed", None)
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
+class _Recorder:
+    """One recorded pass: the hooks' state, and what they leave for :meth:`finish`."""
+
+    def __init__(self, rec: BackwardRecording, graph: AutogradGraph, nodes: dict[Any, str], accumulate: bool,
+                 keep_values: bool, keep_leaf_values: bool) -> None:
+        self.rec, self.pass_index = rec, rec.passes
+        self.accumulate, self.keep_values, self.keep_leaf = accumulate, keep_values, keep_leaf_values
+        g = graph.nx
+        self.leaf_tensors = {n: fn.variable for fn, n in nodes.items() if g.nodes[n]["kind"] == "leaf"}
+        self.producers = {n: [(nodes[nxt], out) if nxt is not None else None for nxt, out in fn.next_functions]
+                          for fn, n in nodes.items()}
+        slots: dict[str, int] = {}  # incoming slots of each node's buffer (the root's: none counted)
+        for ps in self.producers.values():
+            for producer in ps:
+                if producer is not None:
+                    slots[producer[0]] = slots.get(producer[0], 0) + 1
+        self.one_slot = {n for n, k in slots.items() if k == 1}
+        self.op_of = {n: g.nodes[n]["op"] for n in nodes.values()}
+        self.track = Tracker()
+        self.running: dict[str, _PendingStep] = {}  # each node runs at most once per pass
+        self.order: list[_PendingStep] = []
+        self.finished: set[str] = set()  # nodes whose post-hook ran: a backward error came from one that did not
+        self.leaf_grads: dict[str, torch.Tensor] = {}
+        self.hidden: list[tuple[torch.Tensor, list[str]]] = []
+        self.hidden_grads: dict[str, torch.Tensor | None] = {}
+        # Leaf values are read from .grad after the pass (AccumulateGrad then moves the received tensor
+        # into .grad instead of copying it: a held reference forces a copy, 0.5 GB on GPT-2 124M), unless
+        # something may change .grad after accumulation: a post-accumulate hook, DDP/FSDP's reducers.
+        self.from_grad = not accumulate and keep_leaf_values and not _distributed()
+
+    def install(self, nodes: dict[Any, str]) -> list[Any]:
+        handles = []
+        for fn, node_id in nodes.items():
+            handles.append(fn.register_prehook(self._pre(node_id)))
+            handles.append(fn.register_hook(self._post(node_id)))
+        for t, param_names in self.hidden:
+            handles.append(t.register_hook(self._arrived(param_names)))  # type: ignore[no-untyped-call]
+        return handles
+
+    def _pre(self, node_id: str) -> Any:
+        op, leaf = self.op_of[node_id], self.leaf_tensors.get(node_id)
+        reuse = node_id in self.one_slot
+        by_ref = leaf is not None and self.from_grad and not getattr(leaf, "_post_accumulate_grad_hooks", None)
+
         def hook(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            step = Step(len(rec.steps) + len(order), pass_index, node_id, op, [], [], [])
-            if node_id in leaf_tensors:
-                reuse = node_id in one_slot
-                received = [_track(g, keep_leaf_values, copy=accumulate, reuse=reuse) for g in grad_outputs]
-                p = _PendingStep(step, received)
-                if accumulate:  # .grad is about to change in place: fresh statistics, a copy of the values
-                    p.before = _track(leaf_tensors[node_id].grad, keep_leaf_values)
+            step = Step(len(self.rec.steps) + len(self.order), self.pass_index, node_id, op, [], [], [])
+            if leaf is None:
+                p = _PendingStep(step, [self.track(g, self.keep_values, reuse=reuse) for g in grad_outputs])
             else:
-                p = _PendingStep(step, [_track(g, keep_values, reuse=node_id in one_slot) for g in grad_outputs])
-            running[node_id] = p
-            order.append(p)
+                keep = self.keep_leaf and not by_ref
+                p = _PendingStep(step, [self.track(g, keep, copy=self.accumulate, reuse=reuse) for g in grad_outputs])
+                p.by_ref = by_ref
+                if self.accumulate:  # .grad is about to change in place: fresh statistics, a copy of the values
+                    p.before = self.track(leaf.grad, self.keep_leaf)
+            self.running[node_id] = p
+            self.order.append(p)
         return hook
 
-    def post(node_id: str) -> Any:
+    def _post(self, node_id: str) -> Any:
+        same = self.op_of[node_id] in SAME_ELEMENTS
+        producers, leaf = self.producers[node_id], self.leaf_tensors.get(node_id)
+
         def hook(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[Any, ...]) -> None:
-            p = running[node_id]
-            finished.add(node_id)
-            if op_of[node_id] in SAME_ELEMENTS and len(grad_inputs) == 1 and len(p.outs) == 1:
-                p.ins = [_track.same(grad_inputs[0], p.outs[0], keep_values)]  # a view of what arrived
+            p = self.running[node_id]
+            self.finished.add(node_id)
+            if same and len(grad_inputs) == 1 and len(p.outs) == 1:
+                p.ins = [self.track.same(grad_inputs[0], p.outs[0], self.keep_values)]  # a view of what arrived
             else:
-                p.ins = [_track(g, keep_values) for g in grad_inputs]
-            for input_nr, (g, producer) in enumerate(zip(grad_inputs, producers[node_id], strict=False)):
+                p.ins = [self.track(g, self.keep_values) for g in grad_inputs]
+            for input_nr, (g, producer) in enumerate(zip(grad_inputs, producers, strict=False)):
                 if g is not None and producer is not None:
                     p.step.deliveries.append(Delivery(producer[0], producer[1], input_nr))
-            if node_id in leaf_tensors:
+            if leaf is not None:
                 received = p.outs[0] if p.outs else None
                 if received is not None and received.value is not None:
-                    leaf_grads[node_id] = received.value
+                    self.leaf_grads[node_id] = received.value
                 # Without accumulate the slot was empty, so .grad is exactly what arrived: no copy.
-                p.after = _track(leaf_tensors[node_id].grad, keep_leaf_values) if accumulate else received
+                p.after = self.track(leaf.grad, self.keep_leaf) if self.accumulate else received
         return hook
 
-    def arrived(param_names: list[str]) -> Any:
+    def _arrived(self, param_names: list[str]) -> Any:
         # A tensor hook on a parameter that is no node of the graph: it fires when the backward a reentrant
         # checkpoint runs inside its node reaches that parameter (once per checkpoint using it).
         def hook(g: torch.Tensor) -> None:
             for name in param_names:
-                if not keep_leaf_values:
-                    hidden_grads[name] = None
-                elif (old := hidden_grads.get(name)) is None:
-                    hidden_grads[name] = g.detach().clone()  # .grad may become this tensor and be added to
+                if not self.keep_leaf:
+                    self.hidden_grads[name] = None
+                elif (old := self.hidden_grads.get(name)) is None:
+                    self.hidden_grads[name] = g.detach().clone()  # .grad may become this tensor and be added to
                 else:
-                    hidden_grads[name] = old + g.detach()
+                    self.hidden_grads[name] = old + g.detach()
         return hook
 
-    handles = []
-    for fn, node_id in nodes.items():
-        handles.append(fn.register_prehook(pre(node_id, graph.nx.nodes[node_id]["op"])))
-        handles.append(fn.register_hook(post(node_id)))
-    for t, param_names in hidden:
-        handles.append(t.register_hook(arrived(param_names)))  # type: ignore[no-untyped-call]
-    try:
-        with _grads_put_back([*leaf_tensors.values(), *(t for t, _ in hidden)], enabled=not accumulate):
-            loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
-    except RuntimeError as err:
-        failing = next((p.step.node for p in reversed(order) if p.step.node not in finished), None)
-        writes = [w for cap in ([capture] if capture is not None else watched()) for w in cap.inplace]
-        raise _backward_error(err, graph, failing, writes) from err
-    finally:
-        for h in handles:
-            h.remove()
-        del nodes, handles  # drop every autograd Node reference
-    _resolve(order)
-    rec.steps.extend(p.step for p in order)
-    rec._leaf_grads.append(leaf_grads)
-    rec._hidden_grads.append(hidden_grads)
-    rec._hidden_names.update(name for _, param_names in hidden for name in param_names)
-    rec.passes += 1
-    return rec
+    def read_leaf_values(self) -> None:
+        """Leaves whose received gradient was not held: it is their ``.grad`` now (slot emptied first)."""
+        for p in self.order:
+            node_id = p.step.node
+            if p.by_ref and node_id not in self.leaf_grads and p.outs and p.outs[0] is not None:
+                value = self.leaf_tensors[node_id].grad
+                if value is not None:
+                    self.leaf_grads[node_id] = value.detach()
+                    p.outs[0].value = value.detach()
+
+    def finish(self) -> None:
+        """Statistics to numbers, the steps into the recording."""
+        tracked = [t for p in self.order for t in (*p.outs, *p.ins, p.before, p.after) if t is not None]
+        resolved = resolve(tracked)
+
+        def get(t: Pending | None) -> GradStats | None:
+            return resolved[id(t)] if t is not None else None
+
+        for p in self.order:
+            p.step.grad_outputs = [get(t) for t in p.outs]
+            p.step.grad_inputs = [get(t) for t in p.ins]
+            p.step.leaf_before, p.step.leaf_after = get(p.before), get(p.after)
+        rec = self.rec
+        rec.steps.extend(p.step for p in self.order)
+        rec._leaf_grads.append(self.leaf_grads)
+        rec._hidden_grads.append(self.hidden_grads)
+        rec._hidden_names.update(name for _, param_names in self.hidden for name in param_names)
+        rec.passes += 1
 
 
 def _hidden_params(
@@ -437,52 +439,6 @@ def _backward_error(
         f"record_backward: backward failed{where}: {culprit} modified a tensor saved for backward ({detail}). "
         "Use the out-of-place form (x = x + 1 instead of x += 1 / x.add_(1), ReLU(inplace=False), no x[i] = ... "
         "on a saved tensor) or clone() the tensor before modifying it, then run the forward again.")
-
-
-class _Tracker:
-    """Statistics once per gradient tensor where that is safe: what a node sends into a producer's
-    buffer that has *one* incoming slot is the very tensor the producer receives next, unmodified (with
-    several slots the engine may sum into it in place). Identity is checked through a weak reference."""
-
-    def __init__(self) -> None:
-        self._seen: dict[int, tuple[weakref.ref[torch.Tensor], _Pending]] = {}
-
-    def __call__(self, t: torch.Tensor | None, keep: bool, copy: bool = True, reuse: bool = False) -> _Pending | None:
-        if not isinstance(t, torch.Tensor):
-            return None
-        ref, pending = self._seen.get(id(t), (None, None)) if reuse else (None, None)
-        if ref is not None and pending is not None and ref() is t:
-            if keep and pending.value is None:
-                pending.value = t.detach().clone() if copy else t.detach()
-            return pending
-        pending = _Pending(t, keep, copy)
-        self._seen[id(t)] = (weakref.ref(t), pending)
-        return pending
-
-    def same(self, t: torch.Tensor | None, of: _Pending | None, keep: bool) -> _Pending | None:
-        """What a view op (``SAME_ELEMENTS``) sent: ``t`` holds exactly the elements it received (``of``),
-        reshaped or transposed, so the statistics are shared instead of read again (on GPT-2 124M each
-        weight gradient passes a ``TBackward0``: this halves the reductions over weight gradients)."""
-        if not isinstance(t, torch.Tensor) or of is None or t.numel() != of.n or t.is_sparse:
-            return self(t, keep)
-        pending = of.alias(t, keep, copy=True)
-        self._seen[id(t)] = (weakref.ref(t), pending)
-        return pending
-
-
-def _resolve(order: list[_PendingStep]) -> None:
-    """All statistics to floats in one go: one stack and one tolist for the whole pass."""
-    tracked = [t for p in order for t in (*p.outs, *p.ins, p.before, p.after) if t is not None]
-    numbers = torch.stack([t.stats for t in tracked]).tolist() if tracked else []
-    resolved = {id(t): t.resolve(n) for t, n in zip(tracked, numbers, strict=True)}
-
-    def get(t: _Pending | None) -> GradStats | None:
-        return resolved[id(t)] if t is not None else None
-
-    for p in order:
-        p.step.grad_outputs = [get(t) for t in p.outs]
-        p.step.grad_inputs = [get(t) for t in p.ins]
-        p.step.leaf_before, p.step.leaf_after = get(p.before), get(p.after)
 
 
 @contextmanager

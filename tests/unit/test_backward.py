@@ -254,3 +254,26 @@ def test_inplace_error_names_the_op_and_the_fix() -> None:
     text = str(err.value)
     assert "in SigmoidBackward0" in text and "mul_() at " in text and "test_backward.py" in text
     assert "out-of-place form" in text and "output 0 of Sigmoid" in text
+
+
+def test_leaf_values_are_what_arrived_even_when_a_hook_changes_grad_after_accumulation() -> None:
+    """Leaf values are read from .grad after the pass (no copy), except where a post-accumulate hook may
+    have changed .grad: there the gradient that arrived is kept, as PyTorch computed it."""
+    torch.manual_seed(0)
+    model = MLP()
+    x = torch.randn(5, 4)
+    loss = model(x).pow(2).sum()
+    expected = dict(zip([n for n, _ in model.named_parameters()],
+                        torch.autograd.grad(loss, list(model.parameters()), retain_graph=True), strict=True))
+    def zero(p: torch.Tensor) -> None:
+        assert p.grad is not None
+        p.grad.mul_(0.0)
+
+    handle = model.fc1.weight.register_post_accumulate_grad_hook(zero)
+    try:
+        rec = gv.record_backward(loss, model=model)
+    finally:
+        handle.remove()
+    for name, g in expected.items():
+        assert torch.equal(rec.leaf_grad(name), g), name
+    assert model.fc1.weight.grad is None  # put back as it was
