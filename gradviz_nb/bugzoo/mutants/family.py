@@ -5,7 +5,8 @@ of what it did (``"layers.1: out.detach()"``), or ``None`` when the host has no 
 ``prepare`` (optional) edits the host and the mutant alike before ``apply`` (the accumulation count, a
 weight-decay term), so the truth compares like with like. ``effects``: the truth statuses
 (:mod:`.truth`) that make a parameter *affected*; ``kinds``: the doctor kinds that name the family;
-``late``: the effect shows only at the second step (a missing ``zero_grad``).
+``late``: the effect shows only at the second step (a missing ``zero_grad``); ``hosts``: the only
+hosts it applies to (LoRA adapters exist on one).
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ class Family:
     apply: Apply
     prepare: Callable[[Plan, Random], None] | None = None
     late: bool = False
+    hosts: tuple[str, ...] = ()  # the only hosts it has sites on (all when empty)
 
 
 CUT = frozenset({"none", "zero", "vanished"})
 
 
 def family(name: str, kind: str, apply: Apply, effects: frozenset[str] = CUT, *,
-           prepare: Callable[[Plan, Random], None] | None = None, late: bool = False) -> Family:
-    return Family(name, frozenset({kind}), effects, apply, prepare, late)
+           prepare: Callable[[Plan, Random], None] | None = None, late: bool = False,
+           hosts: tuple[str, ...] = ()) -> Family:
+    return Family(name, frozenset({kind}), effects, apply, prepare, late, hosts)

@@ -127,6 +127,21 @@ def _skip(inner: Callable[..., Tensor]) -> Callable[..., Tensor]:
     return call
 
 
+def _left_graph(plan: Plan, rng: Random, sites: list[Site]) -> str | None:
+    """One of the round trips in ``_LEFT`` on a module's output, or a learnable scale read with ``.item()``."""
+    if rng.random() >= 1 / (len(_LEFT) + 1):
+        return _edit_output(_LEFT)(plan, rng, sites)
+    site = _site(rng, sites)
+    if site is None:
+        return None
+    module = plan.model.get_submodule(site.path)
+    scale = nn.Parameter(torch.ones(()))
+    module.register_parameter("scale", scale)
+    plan.params.append(scale)
+    patch_forward(module, after=lambda t: t * scale.item())
+    return f"{site.path}: output * self.scale.item() (a new learnable scale)"
+
+
 def _unused(plan: Plan, rng: Random, sites: list[Site]) -> str | None:
     """A module whose call is skipped (its forward returns its input), or one built and never called."""
     if rng.random() < 0.5:
@@ -162,7 +177,7 @@ _SATURATE: dict[str, Edit] = {
 FORWARD_FAMILIES: list[Family] = [
     family("detach", "detached", _edit_output({"out.detach()": lambda t: t.detach()})),
     family("data", "data-access", _edit_output({"out.data": lambda t: t.data})),
-    family("left-graph", "left-graph", _edit_output(_LEFT)),
+    family("left-graph", "left-graph", _left_graph),
     family("zero-derivative", "zero-derivative", _edit_output(_ZERO_DERIVATIVE)),
     family("saturated", "saturated", _dead_relu),
     family("hook-zeroed", "hook-zeroed", _zero_hooks),

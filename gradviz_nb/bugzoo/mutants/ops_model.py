@@ -137,7 +137,7 @@ MODEL_FAMILIES: list[Family] = [
     family("frozen", "frozen", _frozen, STUCK),
     family("not-in-optimizer", "not-in-optimizer", _left_out, frozenset({"stuck"})),
     family("not-a-parameter", "not-a-parameter", _unregister, STUCK),
-    family("dead-adapter", "dead-adapter", _dead_adapter),
+    family("dead-adapter", "dead-adapter", _dead_adapter, hosts=("hf-lora",)),
     family("recreated-parameter", "recreated-parameter", _recreate, STUCK),
     family("mode", "mode", _mode, frozenset({"changed"})),
 ]

@@ -70,7 +70,11 @@ def run(seed: int, n: int, family: str | None = None, host: str | None = None,
         if len(out.results) >= n:
             break
         rng = Random(seed * 1_000_003 + i)
-        fam, host_name, mseed = fams[i % len(fams)], rng.choice(hosts), rng.randrange(2**31)
+        fam = fams[i % len(fams)]
+        pool = [h for h in hosts if not fam.hosts or h in fam.hosts]
+        if not pool:
+            continue
+        host_name, mseed = rng.choice(pool), rng.randrange(2**31)
         truth = measure(fam, host_name, mseed)
         label = f"#{i} {fam.name} on {host_name} (seed {mseed})"
         if truth is None:
