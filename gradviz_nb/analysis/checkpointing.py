@@ -147,34 +147,45 @@ def table(graph: AutogradGraph) -> CheckpointTable:
                  if s.get("storage") is not None and not s.get("param") and not s.get("packed")]
         ops.append({"id": n, "call": d["call"], "seq": int(d["seq"]), "flops": _flops(g, n, d),
                     "saved": sorted(set(saved)), "packs": bool(d.get("saved")), "saves_output": _saves_output(d)})
-    inputs = [_inputs(graph, call["id"], storage) for call in graph.calls]
+    inputs = _inputs(graph, storage)
     return {"rng_bytes": RNG_BYTES, "storages": sizes, "ops": ops, "inputs": inputs}
 
 
-def _inputs(graph: AutogradGraph, call: str, storage: Any) -> CheckpointInput:
+def _inputs(graph: AutogradGraph, storage: Any) -> list[CheckpointInput]:
+    """Per call, the tensors its ops receive from outside it, in one pass over the edges: an edge enters
+    every call around its consumer that is not around its producer."""
     g, tree = graph.nx, CallTree(graph.calls)
-    members = {n for n, d in g.nodes(data=True) if d["kind"] == "op" and tree.inside(d["call"], {call})}
-    path = next(c["path"] for c in graph.calls if c["id"] == call)
-    storages: list[int] = []
-    producers: list[str] = []
-    for u, v, e in sorted(g.edges(data=True), key=lambda x: (g.nodes[x[1]]["seq"], x[0])):
-        if v not in members or u in members:
+    paths = {c["id"]: c["path"] for c in graph.calls}
+    consumers: dict[tuple[str, str, int], list[str]] = {}  # (call, producer, output_nr) -> member consumers
+    for u, v, e in g.edges(data=True):
+        du, dv = g.nodes[u], g.nodes[v]
+        if dv["kind"] != "op":
             continue
-        d = g.nodes[u]
-        if d["kind"] == "leaf" and any(name.startswith(path + ".") for name in d["names"]):
-            continue  # the call's own parameter, not an input
-        if u in producers:
-            continue
-        producers.append(u)
+        around_u = set(tree.chain(du["call"])) if du["kind"] == "op" else set()
+        for call in tree.chain(dv["call"]):
+            if call in around_u:
+                break
+            if du["kind"] == "leaf" and any(name.startswith(paths[call] + ".") for name in du["names"]):
+                continue  # the call's own parameter, not an input
+            for out in sorted({o for o, _ in e["slots"]}):
+                consumers.setdefault((call, u, out), []).append(v)
+    found: dict[str, CheckpointInput] = {c["id"]: {"call": c["id"], "storages": [], "producers": []}
+                                         for c in graph.calls}
+    for (call, u, out), used_by in sorted(consumers.items(), key=lambda kv: kv[0]):
+        record, d = found[call], g.nodes[u]
+        if u not in record["producers"]:
+            record["producers"].append(u)
         if d["kind"] == "leaf" and d["names"]:
             continue  # a parameter passed in: held by the model anyway
-        match = _saved_as_input(g, members, v, e.get("shape"), d["dtype"])
+        shape = next((g.edges[u, v].get("shape") for v in used_by), None)
+        match = _saved_as_input(g, sorted(set(used_by), key=lambda n: g.nodes[n]["seq"]), shape, d["dtype"])
         if match is not None:
-            storages.append(storage(match[0], match[1]))
-        elif e.get("shape") is not None:
-            nbytes = _itemsize(d["dtype"]) * _numel(e["shape"])
-            storages.append(storage(("input", u, e["slots"][0][0]), nbytes))
-    return {"call": call, "storages": sorted(set(storages)), "producers": producers}
+            record["storages"].append(storage(match[0], match[1]))
+        elif shape is not None:
+            record["storages"].append(storage(("input", u, out), _itemsize(d["dtype"]) * _numel(shape)))
+    for record in found.values():
+        record["storages"] = sorted(set(record["storages"]))
+    return [found[c["id"]] for c in graph.calls]
 
 
 def _numel(shape: list[int]) -> int:
@@ -184,10 +195,10 @@ def _numel(shape: list[int]) -> int:
     return out
 
 
-def _saved_as_input(g: nx.DiGraph, members: set[str], first: str, shape: Any, dtype: str) -> tuple[Any, int] | None:
-    """The storage a member op saved of an incoming tensor: the consumer's first, then any member's (by
-    order), an activation of that shape and dtype that is not an output of the saving op."""
-    for n in [first, *sorted(members - {first}, key=lambda m: g.nodes[m]["seq"])]:
+def _saved_as_input(g: nx.DiGraph, consumers: list[str], shape: Any, dtype: str) -> tuple[Any, int] | None:
+    """The storage a consumer saved of an incoming tensor: an activation of its shape and dtype that is not
+    an output of the saving op (the first consumer in forward order that saved one)."""
+    for n in consumers:
         for s in g.nodes[n].get("saved", []):
             if (s.get("storage") is not None and not s.get("param") and s["shape"] == shape
                     and s["dtype"] == dtype and not s["name"].startswith("result")):

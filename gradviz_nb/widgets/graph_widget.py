@@ -11,8 +11,10 @@ import anywidget
 import torch
 from torch import nn
 
+from gradviz_nb.analysis.checkpointing import CheckpointPlan, checkpoint_what_if
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.checkpoint_rerun import verify_checkpoint
 from gradviz_nb.probes.rerun import Rerunnable
 from gradviz_nb.tracing import Capture
 from gradviz_nb.validate import function, model_or_none, tensor_mapping
@@ -27,6 +29,12 @@ from gradviz_nb.widgets.page.why import why_body
 from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
+_NO_CHECKPOINT_RESULT: dict[str, Any] = {
+    "predicted_bytes": 0, "measured_bytes": 0, "predicted_before": 0, "measured_before": 0, "rng_bytes": 0,
+    "frames": 0, "predicted_recomputed": 0, "measured_recomputed": 0, "predicted_recomputed_flops": 0,
+    "measured_recomputed_flops": 0, "predicted_lost": [], "actual_lost": [], "agree": False, "checked": [],
+    "unchecked": [],
+}
 
 
 def _cell_holds(cell: Any, obj: object) -> bool:
@@ -117,6 +125,18 @@ class GraphWidget(anywidget.AnyWidget):
     unfolded. The page draws a group as one stacked box ("6 × Block") when its id is not in
     ``unfolded`` and none of its calls is in :attr:`expanded`."""
 
+    checkpoints = PageTrait({}).tag(sync=True)
+    """dict: checkpointing what-if marks, ``{call id: "non_reentrant" | "reentrant"}``; a shift-click on a box
+    (or a click in checkpoint mode) cycles non-reentrant -> reentrant -> off. :meth:`checkpoint_what_if`
+    gives Python's answer, :meth:`verify_checkpoint` PyTorch's."""
+
+    checkpoint_table = PageTrait({}).tag(sync=True)
+    """dict: what the page's checkpointing rule reads of the graph (``CheckpointTable``; ``{}`` without
+    module calls); set from the graph when the widget is built."""
+
+    checkpoint_verified = PageTrait({}).tag(sync=True)
+    """dict: the last checkpointed re-run against the prediction (``CheckpointVerification``; ``{}``)."""
+
     def __init__(
         self,
         roots: Any,
@@ -142,6 +162,8 @@ class GraphWidget(anywidget.AnyWidget):
         self._lazy_graph = built.lazy
         self._why_source = built.why_source
         super().__init__(**built.state, **kwargs)
+        if self.graph.calls and not self.checkpoint_table:
+            self.checkpoint_table = self.graph  # converted by the trait (analysis.checkpointing.table)
         self.on_msg(self._on_page_message)
 
     def close(self) -> None:
@@ -232,6 +254,32 @@ class GraphWidget(anywidget.AnyWidget):
         verified: dict[str, Any] = self.verified
         return verified
 
+    def checkpoint_what_if(self) -> CheckpointPlan:
+        """Python's answer to the current :attr:`checkpoints` marks (the page computes the same, instantly)."""
+        return checkpoint_what_if(self.graph, self.checkpoints)
+
+    def verify_checkpoint(self) -> dict[str, Any]:
+        """Re-run ``fn`` with the marked calls really checkpointed (only for :meth:`from_fn`) and compare saved
+        bytes, recomputed ops and lost gradients with the prediction; sets :attr:`checkpoint_verified`.
+        Example::
+
+            w = gv.GraphWidget.from_fn(lambda: gpt2_loss(model), model=model)
+            w.checkpoints = {"blocks.0": "non_reentrant", "blocks.2": "reentrant"}
+            w.verify_checkpoint()["agree"]   # True
+        """
+        if self._rerun is None:
+            raise GradvizError("verify_checkpoint needs a re-runnable widget: build it with "
+                               "GraphWidget.from_fn(fn, model=...).")
+        marks = dict(self.checkpoints)
+        try:
+            result = verify_checkpoint(self._rerun, marks)
+        except GradvizError:
+            raise
+        except Exception as err:  # shown in the page; the user's state was restored by the re-run
+            result = {**_NO_CHECKPOINT_RESULT, "marks": marks, "error": f"{type(err).__name__}: {err}"}
+        self.checkpoint_verified = result
+        return result
+
     def page_state(self) -> Traits:
         """The synced traits as the page sees them (``contract.Traits``), as plain values."""
         state: dict[str, Any] = {name: getattr(self, name) for name in Traits.__annotations__}
@@ -270,7 +318,7 @@ class GraphWidget(anywidget.AnyWidget):
             w.answer({"id": 1, "kind": "load", "body": {"calls": ["blocks.0"]}})["body"]["chunks"]
         """
         return dispatch(message, {"load": self._load, "verify": self._verify_request, "values": self._values,
-                                  "why": self._why})
+                                  "why": self._why, "checkpoint": self._checkpoint_request})
 
     def _on_page_message(self, _: Any, content: Any, buffers: Any) -> None:
         # The comm calls this with whatever the page sent: `answer` logs and drops what is malformed.
@@ -289,6 +337,10 @@ class GraphWidget(anywidget.AnyWidget):
 
     def _verify_request(self, body: Mapping[str, Any]) -> Empty:
         self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run
+        return {}
+
+    def _checkpoint_request(self, body: Mapping[str, Any]) -> Empty:
+        self.verify_checkpoint()  # the result arrives in the checkpoint_verified trait
         return {}
 
     # --- static fallback (gradviz_nb/widgets/static_fallback.py) -------------------------------------

@@ -134,7 +134,7 @@ export interface Wiring {
  *  gradient is what it is (gradviz_nb.doctor.why), body `ValuesBody` too. */
 export interface PageRequest {
   id: number;
-  kind: "load" | "verify" | "values" | "why";
+  kind: "load" | "verify" | "values" | "why" | "checkpoint";
   body: LoadBody | ValuesBody | Record<string, never>;
 }
 
@@ -388,6 +388,59 @@ export interface DoctorFinding {
 }
 
 /** Every synced trait of the widget (Python's GraphWidget traits; a test compares the two). */
+export type CheckpointMode = "non_reentrant" | "reentrant";
+
+/** One op node as the checkpointing what-if reads it (gradviz_nb/analysis/checkpointing.py). */
+export interface CheckpointOp {
+  id: string;
+  call: string;
+  seq: number;
+  flops: number;
+  /** Activation storages it saved (indices into CheckpointTable.storages; parameters left out). */
+  saved: number[];
+  /** Saved anything at all (a checkpoint hook would pack it). */
+  packs: boolean;
+  saves_output: boolean;
+}
+
+/** The tensors a call's ops receive from ops outside it. */
+export interface CheckpointInput {
+  call: string;
+  storages: number[];
+  /** Nodes outside the call making them: an input requires grad exactly when one of them exists. */
+  producers: string[];
+}
+
+export interface CheckpointTable {
+  /** Bytes of the CPU RNG state a checkpoint keeps. */
+  rng_bytes: number;
+  /** Bytes of each storage. */
+  storages: number[];
+  ops: CheckpointOp[];
+  inputs: CheckpointInput[];
+}
+
+/** A checkpointed re-run against the prediction (gradviz_nb/probes/checkpoint_rerun.py). */
+export interface CheckpointVerification {
+  marks: Record<string, CheckpointMode>;
+  predicted_bytes: number;
+  measured_bytes: number;
+  predicted_before: number;
+  measured_before: number;
+  rng_bytes: number;
+  frames: number;
+  predicted_recomputed: number;
+  measured_recomputed: number;
+  predicted_recomputed_flops: number;
+  measured_recomputed_flops: number;
+  predicted_lost: string[];
+  actual_lost: string[];
+  agree: boolean;
+  checked: string[];
+  unchecked: string[];
+  error: string;
+}
+
 export interface Traits {
   graph_data: GraphPayload;
   expanded: string[];
@@ -411,4 +464,10 @@ export interface Traits {
   diff: Partial<GraphDiff>;
   /** gv.doctor's findings listed beside the graph ([] when none). */
   findings: DoctorFinding[];
+  /** Checkpointing what-if marks: module call id -> mode (Python can read and set them). */
+  checkpoints: Record<string, CheckpointMode>;
+  /** What the checkpointing what-if reads of the graph ({} when the graph has no module calls). */
+  checkpoint_table: Partial<CheckpointTable>;
+  /** Last checkpointed re-run against the prediction ({} when none). */
+  checkpoint_verified: Partial<CheckpointVerification>;
 }

@@ -12,6 +12,7 @@ from typing import Literal, NotRequired, TypedDict
 
 # Exactly the exported names of js/src/payload.ts, plus Traits; the rest here are helpers for them.
 __all__ = [
+    "CheckpointInput", "CheckpointMode", "CheckpointOp", "CheckpointTable", "CheckpointVerification",
     "Chunk", "DiffStatus", "DoctorFinding", "FoldGroup", "GhostTensor", "GraphDiff", "GraphEdge", "GraphMeta",
     "GraphNode", "GraphPayload", "LoadBody", "LoadReplyBody", "ModuleCall", "Overlay", "PageReply", "PageRequest",
     "RecordedGrad", "RecordedStep", "Recording", "TensorSummary", "Toggles", "Traits", "ValuesBody", "ValuesReplyBody",
@@ -157,7 +158,7 @@ class PageRequest(TypedDict):
     ``{}``, or kind ``"values"`` with body ``{"node": "n12"}``."""
 
     id: int
-    kind: Literal["load", "verify", "values", "why"]
+    kind: Literal["load", "verify", "values", "why", "checkpoint"]
     body: LoadBody | ValuesBody | Empty
 
 
@@ -296,6 +297,56 @@ class DoctorFinding(TypedDict):
     node: str
 
 
+CheckpointMode = Literal["non_reentrant", "reentrant"]
+
+
+class CheckpointOp(TypedDict):
+    id: str
+    call: str
+    seq: int
+    flops: int
+    saved: list[int]
+    packs: bool
+    saves_output: bool
+
+
+class CheckpointInput(TypedDict):
+    call: str
+    storages: list[int]
+    producers: list[str]
+
+
+class CheckpointTable(TypedDict):
+    """What the checkpointing what-if reads of a graph (``gradviz_nb/analysis/checkpointing.py``)."""
+
+    rng_bytes: int
+    storages: list[int]
+    ops: list[CheckpointOp]
+    inputs: list[CheckpointInput]
+
+
+class CheckpointVerification(TypedDict):
+    """A checkpointed re-run against the prediction (``gradviz_nb/probes/checkpoint_rerun.py``)."""
+
+    marks: dict[str, CheckpointMode]
+    predicted_bytes: int
+    measured_bytes: int
+    predicted_before: int
+    measured_before: int
+    rng_bytes: int
+    frames: int
+    predicted_recomputed: int
+    measured_recomputed: int
+    predicted_recomputed_flops: Number
+    measured_recomputed_flops: Number
+    predicted_lost: list[str]
+    actual_lost: list[str]
+    agree: bool
+    checked: list[str]
+    unchecked: list[str]
+    error: str
+
+
 class Traits(TypedDict):
     """The widget's synced traits, all of them (``GraphWidget``'s ``.tag(sync=True)`` traits minus
     anywidget's plumbing): what an exported page embeds and what the page's ``Traits`` reads."""
@@ -313,3 +364,6 @@ class Traits(TypedDict):
     step: int
     diff: GraphDiff | Empty
     findings: list[DoctorFinding]
+    checkpoints: dict[str, CheckpointMode]
+    checkpoint_table: CheckpointTable | Empty
+    checkpoint_verified: CheckpointVerification | Empty

@@ -31,7 +31,7 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward import BackwardRecording
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.validate import boolean, given, positive_int, text_list
-from gradviz_nb.widgets.page import contract, convert
+from gradviz_nb.widgets.page import checkpoint, contract, convert
 from gradviz_nb.widgets.page.finite_json import finite_json, finite_nodes
 
 
@@ -335,6 +335,8 @@ CONVERTERS: dict[str, Callable[[Any, AutogradGraph | None], Any]] = {
     "overlay": overlay, "recording": recording, "diff": diff, "findings": findings, "verified": verified,
     "graph_data": graph_data, "expanded": expanded, "unfolded": unfolded, "selected": selected,
     "height": height, "step": step, "can_verify": can_verify, "toggles": toggles,
+    "checkpoints": checkpoint.checkpoints, "checkpoint_table": checkpoint.checkpoint_table,
+    "checkpoint_verified": checkpoint.checkpoint_verified,
 }
 
 
