@@ -15,7 +15,13 @@ Rows (``feature / plain``):
 - ``gv.find_nonfinite`` (forward + backward) / plain forward + backward, and ``detect_anomaly()`` beside it;
 - ten training steps with ``GradientMonitor(every=10)`` / ten plain steps (forward, backward, SGD, zero_grad);
 - peers that build a graph by running the model (torchview ``draw_graph``, torchlens ``log_forward_pass``)
-  / the plain forward, next to ``gv.capture`` + ``gv.trace`` / the plain forward.
+  / the plain forward, next to ``gv.capture`` + ``gv.trace`` / the plain forward;
+- under the table, capture's fixed costs per module call and per op, and the graph of a model that does not
+  fit in memory (a 7B-class Llama on the meta device, :mod:`gradviz_nb.bench.meta_llama`: seconds and peak
+  memory against their goals, measured in a fresh process).
+
+The rows live in :mod:`gradviz_nb.bench.rows` (one function per feature), the timing in
+:mod:`gradviz_nb.bench.timing`.
 
 A peer that is not installed is reported as skipped. Timings are never asserted anywhere.
 """
@@ -23,249 +29,18 @@ A peer that is not installed is reported as skipped. Timings are never asserted 
 from __future__ import annotations
 
 import datetime
-import gc
 import importlib.metadata
-import importlib.util
-import math
 import os
 import platform
-import time
-import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
 import torch
-from torch import nn
-from torch.overrides import TorchFunctionMode
 
-from gradviz_nb.demo_models import GPT2, GPT2Config
-from gradviz_nb.probes.backward import record_backward
-from gradviz_nb.probes.monitor import GradientMonitor
-from gradviz_nb.probes.nonfinite import find_nonfinite
-from gradviz_nb.tracing import capture, trace
+from gradviz_nb.bench import meta_llama
+from gradviz_nb.bench.rows import Model, fixed_costs, measure, models
+from gradviz_nb.bench.timing import Row, interleaved
 
 START, END = "<!-- costs:start (python -m gradviz_nb.bench --readme docs/guides/costs.md) -->", "<!-- costs:end -->"
-
-
-@dataclass
-class Model:
-    """One model to measure on: how to build it and its batch."""
-
-    name: str
-    config: GPT2Config
-    seq: int
-    batch: int = 1
-
-
-def models(quick: bool) -> list[Model]:
-    if quick:
-        return [Model("GPT-2 tiny (2 blocks, width 32)", GPT2Config.small_test(), seq=16)]
-    return [
-        Model("12-block GPT (width 128)", GPT2Config(n_layer=12, n_head=4, d_model=128, vocab=512, block_size=64),
-              seq=64),
-        Model("GPT-2 124M (batch 1, 64 tokens)", GPT2Config(), seq=64),
-    ]
-
-
-@dataclass
-class Row:
-    """One line of the table: ``feature`` against ``plain`` (minimum seconds), or why it was skipped."""
-
-    model: str
-    feature: str
-    plain: str
-    t_feature: float = math.nan
-    t_plain: float = math.nan
-    goal: str = ""
-    skipped: str = ""
-    peers: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        return self.t_feature / self.t_plain
-
-
-def _once(fn: Callable[[], object], before: Callable[[], object] | None) -> float:
-    if before is not None:
-        before()
-    gc.collect()
-    gc.disable()
-    try:
-        t0 = time.process_time()
-        fn()
-        return time.process_time() - t0
-    finally:
-        gc.enable()
-
-
-def interleaved(variants: dict[str, Callable[[], object]], reps: int,
-                before: Callable[[], object] | None = None) -> dict[str, float]:
-    """Minimum process CPU time of each variant over ``reps`` rounds; each round runs every variant once, the
-    order rotating from round to round. One warm-up round first (not timed). ``before`` runs untimed
-    before every call (e.g. clearing ``.grad``)."""
-    keys = list(variants)
-    for k in keys:
-        _once(variants[k], before)
-    best = dict.fromkeys(keys, math.inf)
-    for r in range(reps):
-        for k in keys[r % len(keys):] + keys[: r % len(keys)]:
-            best[k] = min(best[k], _once(variants[k], before))
-    return best
-
-
-def available(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-def _tokens(cfg: GPT2Config, m: Model) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, cfg.vocab, (m.batch, m.seq), generator=gen)
-    y = torch.randint(0, cfg.vocab, (m.batch, m.seq), generator=gen)
-    return x, y
-
-
-def _loss(model: GPT2, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    logits = model(x)
-    return nn.functional.cross_entropy(logits.flatten(0, -2), y.flatten())
-
-
-class _OpCounter(TorchFunctionMode):
-    """Counts the torch calls a forward makes (what capture's observer sees)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n = 0
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.n += 1
-        return func(*args, **(kwargs or {}))
-
-
-def measure(m: Model, reps: int, monitor_reps: int, fixed: tuple[float, float] | None = None) -> list[Row]:
-    """Every row for one model; ``fixed`` (capture's cost per module call and per op, :func:`fixed_costs`)
-    adds the capture overhead those predict for this model's forward (its calls and ops counted)."""
-    torch.manual_seed(0)
-    model = GPT2(m.config)
-    x, y = _tokens(m.config, m)
-    rows: list[Row] = []
-    zero = lambda: model.zero_grad(set_to_none=True)  # noqa: E731
-
-    # Trace against make_dot, on the same retained graph.
-    traced = _loss(model, x, y)
-    if available("torchviz"):
-        from torchviz import make_dot
-
-        params = dict(model.named_parameters())
-        t = interleaved({"trace": lambda: trace(traced, model=model),
-                         "make_dot": lambda: make_dot(traced, params=params)}, reps)
-        rows.append(Row(m.name, "gv.trace", "torchviz make_dot", t["trace"], t["make_dot"], "<= 1.0"))
-    else:
-        rows.append(Row(m.name, "gv.trace", "torchviz make_dot", skipped="torchviz not installed"))
-
-    # Forward inside capture; graph peers that run the model themselves.
-    def captured_forward() -> None:
-        with capture(model):
-            _loss(model, x, y)
-
-    def capture_and_trace() -> None:
-        with capture(model) as cap:
-            out = _loss(model, x, y)
-        trace(out, model=model, capture=cap)
-
-    variants: dict[str, Callable[[], object]] = {"plain": lambda: _loss(model, x, y), "capture": captured_forward,
-                                                 "capture+trace": capture_and_trace}
-    if available("torchview"):
-        from torchview import draw_graph
-
-        variants["torchview"] = lambda: draw_graph(model, input_data=x, depth=3)
-    if available("torchlens"):
-        import torchlens
-
-        variants["torchlens"] = lambda: torchlens.log_forward_pass(model, x, layers_to_save=None)
-    t = interleaved(variants, reps)
-    rows.append(Row(m.name, "forward in gv.capture", "plain forward", t["capture"], t["plain"], "<= 1.05"))
-    if fixed is not None:
-        with capture(model) as cap:
-            _loss(model, x, y)
-        with _OpCounter() as counter:
-            _loss(model, x, y)
-        calls = len(cap.calls)
-        extra = calls * fixed[0] + counter.n * fixed[1]
-        rows.append(Row(m.name, f"forward in gv.capture, predicted ({calls} calls, {counter.n} ops x fixed costs)",
-                        "plain forward", t["plain"] + extra, t["plain"], "<= 1.05"))
-    rows.append(Row(m.name, "gv.capture + gv.trace", "plain forward", t["capture+trace"], t["plain"]))
-    for peer, label in (("torchview", "torchview draw_graph (peer)"),
-                        ("torchlens", "torchlens log_forward_pass (peer)")):
-        if peer in t:
-            rows.append(Row(m.name, label, "plain forward", t[peer], t["plain"]))
-        else:
-            rows.append(Row(m.name, label, "plain forward", skipped=f"{peer} not installed"))
-
-    # record_backward against backward on the same graph.
-    loss = _loss(model, x, y)
-    t = interleaved({"backward": lambda: loss.backward(retain_graph=True),  # type: ignore[no-untyped-call]
-                     "record": lambda: record_backward(loss, model=model)}, reps, before=zero)
-    rows.append(Row(m.name, "gv.record_backward", "loss.backward()", t["record"], t["backward"], "<= 1.5"))
-
-    # find_nonfinite and detect_anomaly against a plain forward + backward.
-    def step() -> None:
-        _loss(model, x, y).backward()  # type: ignore[no-untyped-call]
-
-    def anomaly() -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Anomaly Detection has been enabled ..."
-            with torch.autograd.detect_anomaly():
-                step()
-
-    t = interleaved({"plain": step, "find": lambda: find_nonfinite(step, model=model), "anomaly": anomaly},
-                    reps, before=zero)
-    rows.append(Row(m.name, "gv.find_nonfinite", "forward + backward", t["find"], t["plain"], "<= 1.5"))
-    rows.append(Row(m.name, "detect_anomaly() (peer)", "forward + backward", t["anomaly"], t["plain"]))
-
-    # GradientMonitor(every=10): ten training steps, one of them recorded.
-    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    monitor = GradientMonitor(model, every=10)
-
-    def steps(mon: GradientMonitor | None) -> None:
-        for _ in range(10):
-            _loss(model, x, y).backward()  # type: ignore[no-untyped-call]
-            if mon is not None:
-                mon.step()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-    try:
-        t = interleaved({"plain": lambda: steps(None), "monitor": lambda: steps(monitor)}, monitor_reps)
-    finally:
-        monitor.close()
-    rows.append(Row(m.name, "10 steps with GradientMonitor(every=10)", "10 plain steps", t["monitor"], t["plain"],
-                    "<= 1.05"))
-    return rows
-
-
-def fixed_costs(reps: int, n: int = 2000) -> tuple[float, float]:
-    """What capture adds per module call and per torch op, in seconds: ``n`` calls of an ``nn.Identity``
-    (no op inside: the hooks alone) and ``n`` ops on a 128-element tensor that requires grad (each makes an
-    autograd node; over 64 elements, so no value is recorded), inside ``gv.capture`` against the same
-    loops outside it."""
-    model = nn.Sequential(*[nn.Identity() for _ in range(n)])
-    x = torch.randn(128, requires_grad=True)
-
-    def ops() -> None:
-        y = x
-        for _ in range(n):
-            y = y * 1.0
-
-    def captured(fn: Callable[[], object], m: nn.Module | None) -> Callable[[], None]:
-        def run() -> None:
-            with capture(m):
-                fn()
-        return run
-
-    t = interleaved({"calls": lambda: model(x), "calls+capture": captured(lambda: model(x), model),
-                     "ops": ops, "ops+capture": captured(ops, None)}, reps)
-    return (t["calls+capture"] - t["calls"]) / n, (t["ops+capture"] - t["ops"]) / n
 
 
 def machine() -> str:
@@ -338,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> str:
         f"\n\nFixed costs of gv.capture: capture per module call {per_call * 1e6:.1f} us (two global hooks, "
         f"nn.Identity calls), capture per op {per_op * 1e6:.1f} us (the ghost and value observer, a "
         "128-element op that makes an autograd node).")
+    text += "\n\n" + meta_llama.row(repeats=1 if args.quick else 3, quick=args.quick)
     print(text)
     if args.readme:
         write_readme(args.readme, text)
