@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gradviz_nb.bugzoo.mutants import FAMILIES
+from gradviz_nb.bugzoo.mutants import FAMILIES, HOSTS
 from gradviz_nb.bugzoo.mutants.runner import Result, Run, run
 
 __all__ = ["main", "report"]
@@ -64,8 +64,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m gradviz_nb.bugzoo.mutants")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n", type=int, default=240)
-    p.add_argument("--family")
-    p.add_argument("--host")
+    p.add_argument("--family", choices=sorted(FAMILIES))
+    p.add_argument("--host", choices=sorted(HOSTS))
     p.add_argument("--status", type=Path, help="write the Markdown report here too")
     p.add_argument("--save", action="store_true", help="write results.json (full runs only)")
     a = p.parse_args(argv)
