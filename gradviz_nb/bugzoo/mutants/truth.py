@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from gradviz_nb.bugzoo.mutants.family import Family
 from gradviz_nb.bugzoo.mutants.hosts import HOSTS
-from gradviz_nb.bugzoo.mutants.plan import Plan, Setup, Site, build, probe_sites
+from gradviz_nb.bugzoo.mutants.plan import Plan, Recipe, Setup, Site, build, probe_sites
 
 __all__ = ["Built", "Truth", "make", "measure"]
 
@@ -39,6 +39,7 @@ class Built:
     names: dict[str, nn.Parameter]
     aliases: dict[str, str]
     site: str
+    recipe: Recipe
 
 
 def _sites(host_name: str) -> list[Site]:
@@ -65,7 +66,7 @@ def make(fam: Family, host_name: str, seed: int, mutate: bool) -> Built | None:
         if done is None:
             return None
         site = done
-    return Built(build(plan), names, aliases, site)
+    return Built(build(plan), names, aliases, site, plan.recipe)
 
 
 Record = dict[str, tuple[Tensor | None, Tensor]]
@@ -134,15 +135,26 @@ class Truth:
     error: str = ""
 
 
+_REFERENCES: dict[tuple[str, str], tuple[Record, list[Record]]] = {}
+
+
+def _reference(fam: Family, host_name: str, seed: int) -> tuple[Record, list[Record]]:
+    """The unmutated host's run; hosts prepared alike (same recipe) run alike, so it is kept per recipe."""
+    reference = make(fam, host_name, seed, False)
+    assert reference is not None
+    key = (host_name, repr(reference.recipe))
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _run(reference, 2)
+    return _REFERENCES[key]
+
+
 def measure(fam: Family, host_name: str, seed: int) -> Truth | None:
     """The mutant's truth against its host, or ``None`` when the family has no site on this host."""
     mutant = make(fam, host_name, seed, True)
     if mutant is None:
         return None
-    reference = make(fam, host_name, seed, False)
-    assert reference is not None
     truth = Truth(mutant.site, aliases=mutant.aliases)
-    start_h, host = _run(reference, 2)
+    start_h, host = _reference(fam, host_name, seed)
     try:
         start_m, mut = _run(mutant, 2)
     except Exception as err:  # a loud bug (the step raises) is not a silent one: discarded, with the reason
