@@ -249,7 +249,7 @@ def _leaf_names(
         by_tensor.setdefault(id(t), []).append(name)
     if model is not None and any(r.leaf is not None and hasattr(r.leaf, "_fqns") for r in raw):
         _name_flat_parameters(model, by_tensor)
-    if model is not None:
+    if model is not None and _distributed():  # fully_shard needs a process group; else no module has its state
         _name_unsharded_parameters(model, by_tensor)
     found = {}
     for r in raw:
@@ -257,6 +257,11 @@ def _leaf_names(
             found[r.key] = by_tensor.get(id(r.leaf), [])
             r.leaf = None  # do not keep the user's tensors alive through the graph
     return found
+
+
+def _distributed() -> bool:
+    dist = getattr(torch, "distributed", None)
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
 
 
 def _name_flat_parameters(model: nn.Module, by_tensor: dict[int, list[str]]) -> None:
