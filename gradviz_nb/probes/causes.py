@@ -339,8 +339,11 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
     switched = next((why for path, why in (adapters or {}).items() if name.startswith(path + ".")), "")
     if switched and status in ("none", "zero"):
         return Cause(status, "dead-adapter", "its adapter is switched off", switched, fix_for("dead-adapter"))
+    penalty = _only_penalty(status, name, measured, graph, leaf, events)
+    if penalty is not None:
+        return penalty
     if status == "ok":
-        return _ok(name, measured, graph, leaf, events)
+        return Cause("ok", None, "it has a gradient", measured, "nothing to fix", leaf or "")
     if leaf is None:
         cut = first_cut(events, [name])
         if cut is not None:
@@ -366,17 +369,20 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
                  "was recorded", fix_for("vanishing"), leaf)
 
 
-def _ok(name: str, measured: str, graph: AutogradGraph | None, leaf: str | None,
-        events: Sequence[Evidence]) -> Cause:
-    """A gradient that is there; unless its module's path was cut and only a penalty term outside every
-    module (weight decay) still reaches it."""
+def _only_penalty(status: str, name: str, measured: str, graph: AutogradGraph | None, leaf: str | None,
+                  events: Sequence[Evidence]) -> Cause | None:
+    """Its module path to the loss was cut by a detach used again, yet it is in the graph: only another term
+    (weight decay, an auxiliary loss) still reaches it. A detach outside every module (the prediction
+    detached in the loop), or one after which only top-level ops reach the parameter."""
+    if graph is None or leaf is None:
+        return None
     cut = next((e for e in events if e.kind in ("detached", "data-access") and name in e.cut and e.targets), None)
-    if cut is not None and graph is not None and leaf is not None:
-        g = graph.nx
-        inside = [n for n in nx.descendants(g, leaf) if g.nodes[n].get("kind") == "op" and g.nodes[n].get("module")]
-        if not inside:
-            c = cut_cause("scaled", name, cut, events, leaf)
-            return Cause("scaled", c.kind, c.cause + "; only a term outside the model (a penalty) still reaches it",
-                         c.evidence + f"; its remaining path to the loss is top-level ops only; {measured}",
-                         c.fix, leaf, cut)
-    return Cause("ok", None, "it has a gradient", measured, "nothing to fix", leaf or "")
+    if cut is None:
+        return None
+    g = graph.nx
+    if cut.where and any(g.nodes[n].get("kind") == "op" and g.nodes[n].get("module") for n in nx.descendants(g, leaf)):
+        return None  # a detach inside the model with the parameter still used by it: a stop-gradient by design
+    shown = "scaled" if status == "ok" else status
+    c = cut_cause(shown, name, cut, events, leaf)
+    return Cause(shown, c.kind, c.cause + "; only another term (a penalty or an auxiliary loss) still reaches it",
+                 c.evidence + f"; {measured}", c.fix, leaf, cut)

@@ -307,6 +307,9 @@ class ForwardObserver(TorchFunctionMode):
                 and not (out.is_floating_point() or out.is_complex()):
             self._left = self._evidence("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
                                      cut=self._cut_names(first), shape=list(first.shape))
+        elif watched == "enter" and first is not None and first.requires_grad and isinstance(out, torch.Tensor) \
+                and not out.requires_grad:  # torch.tensor(t): a copy with no history
+            self._evidence("left-graph", f"torch.{name}(...)", cut=self._cut_names(first), shape=list(first.shape))
         elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor):
             entered = self._evidence("entered", f"torch.{name}(...)", shape=list(out.shape))
             self._left.via = entered.line
@@ -334,11 +337,16 @@ class ForwardObserver(TorchFunctionMode):
     def _used_without_grad(self, args: Any) -> None:
         """A parameter that requires grad used while grad mode is off, inside one of the model's calls (an
         optimizer step runs outside them). Once per parameter."""
-        if self._current_call() is None:
+        call = self._current_call()
+        if call is None:
             return
         for t in _tensors_in(args):
             key = id(t)
             name = self._param_names.get(key)
+            if name is None and _has_grad_fn(t) and id(call) not in self._no_grad_seen:
+                self._no_grad_seen.add(id(call))  # an activation with history: what it cuts, once per call
+                if not checkpoint_call_line(is_library):  # a reentrant checkpoint's inputs: its normal way
+                    self._evidence("no-grad", "torch.no_grad()", cut=self._cut_names(t), shape=list(t.shape))
             if name is None or key in self._no_grad_seen or not t.requires_grad:
                 continue
             self._no_grad_seen.add(key)
