@@ -283,21 +283,22 @@ def _recomputed(data: CheckpointTable, box: Mapping[str, str], outer: Mapping[st
 
 
 def reentrant_cuts(g: nx.DiGraph, data: CheckpointTable, outer: list[str], marks: Mapping[str, str]) -> list[str]:
-    """Reentrant calls, in forward order, none of whose input producers exists once the earlier cuts are
-    made (their outputs would have no grad_fn)."""
+    """Reentrant calls, in forward order, none of whose inputs still requires grad once the earlier cuts
+    are made: no producer exists, or each sits inside a cut call (its output has no grad_fn)."""
     inputs = {i["call"]: i["producers"] for i in data["inputs"]}
     cuts: list[str] = []
     for c in outer:
         if marks[c] != "reentrant":
             continue
-        alive = _existing(g, cuts)
-        if not any(p in alive for p in inputs.get(c, [])):
+        alive, inside_cut = _existing(g, cuts)
+        if not any(p in alive and p not in inside_cut for p in inputs.get(c, [])):
             cuts.append(c)
     return cuts
 
 
-def _existing(g: nx.DiGraph, cuts: list[str]) -> set[str]:
-    """Nodes that still exist in a forward where the cut calls' outputs have no grad_fn."""
+def _existing(g: nx.DiGraph, cuts: list[str]) -> tuple[set[str], set[str]]:
+    """Nodes that still exist in a forward where the cut calls' outputs have no grad_fn, and the cut calls'
+    member ops."""
     calls = g.graph.get("calls", [])
     tree = CallTree(calls)
     member = {n for n, d in g.nodes(data=True) if d["kind"] == "op" and cuts and tree.inside(d["call"], set(cuts))}
@@ -312,7 +313,7 @@ def _existing(g: nx.DiGraph, cuts: list[str]) -> set[str]:
             if u in exists and not crossing:
                 exists.add(n)
                 break
-    return exists
+    return exists, member
 
 
 def checkpoint_what_if(graph: AutogradGraph, marks: Mapping[str, str]) -> CheckpointPlan:

@@ -46,6 +46,9 @@ export const DEFAULTS: { [K in keyof Traits]: () => Traits[K] } = {
   step: () => -1,
   diff: () => ({}),
   findings: () => [],
+  checkpoints: () => ({}),
+  checkpoint_table: () => ({}),
+  checkpoint_verified: () => ({}),
 };
 
 const TRAIT_NAMES = Object.keys(DEFAULTS) as (keyof Traits)[];
@@ -476,6 +479,23 @@ const findings = listOf(
   "a list of findings (objects with kind, target, message, evidence, fix, step, node)",
 );
 
+// The checkpointing what-if's table and re-run (gradviz_nb/analysis/checkpointing.py, probes/checkpoint_rerun.py).
+const numbers = listOf(numeric, "a list of numbers");
+const checkpointTable = record<Traits["checkpoint_table"]>({
+  rng_bytes: maybe(numeric),
+  storages: maybe(numbers),
+  ops: maybe(listOf(record({ id: req(str), call: req(str), seq: req(numeric), flops: req(numeric), saved: req(numbers), packs: req(bool), saves_output: req(bool) }), "a list of ops")),
+  inputs: maybe(listOf(record({ call: req(str), storages: req(numbers), producers: req(strings) }), "a list of call inputs")),
+});
+const checkpointVerified = record<Traits["checkpoint_verified"]>({
+  agree: maybe(bool),
+  error: maybe(str),
+  checked: maybe(strings),
+  unchecked: maybe(strings),
+  predicted_lost: maybe(strings),
+  actual_lost: maybe(strings),
+});
+
 const CHECKS: { [K in keyof Traits]: (c: Checker, v: unknown) => Traits[K] | Bad } = {
   graph_data: graphData,
   expanded: (c, v) => strings(c, "expanded", v),
@@ -490,6 +510,9 @@ const CHECKS: { [K in keyof Traits]: (c: Checker, v: unknown) => Traits[K] | Bad
   step: (c, v) => int(-1)(c, "step", v),
   diff: (c, v) => diff(c, "diff", v),
   findings: (c, v) => findings(c, "findings", v),
+  checkpoints: (c, v) => recordOf(oneOf("non_reentrant", "reentrant"), "an object: call id -> mode")(c, "checkpoints", v),
+  checkpoint_table: (c, v) => checkpointTable(c, "checkpoint_table", v),
+  checkpoint_verified: (c, v) => checkpointVerified(c, "checkpoint_verified", v),
 };
 
 /** Check one trait's value: the clean value (its default for `undefined` / `null`) or the problems. */

@@ -2,6 +2,7 @@
 // click first, its fill colours and node sizes are the ones drawn, its legend is shown, its styles
 // override, and label templates of later features wrap its label. A new view is one folder under
 // `features/` plus one entry here.
+import { checkpoint } from "./checkpoint/feature";
 import { details } from "./details/feature";
 import { diff } from "./diff/feature";
 import type { FeatureFactory } from "../core/context";
@@ -14,7 +15,7 @@ import { stepper } from "./stepper/feature";
 import { whatIf } from "./whatif/feature";
 import { why } from "./why/feature";
 
-export const FEATURES = [folding, whatIf, stepper, overlay, diff, findings, search, key, details, why] as const;
+export const FEATURES = [folding, whatIf, checkpoint, stepper, overlay, diff, findings, search, key, details, why] as const;
 
 type HooksOf<F> = F extends FeatureFactory<infer H> ? H : never;
 type Intersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer I) => void ? I : never;
