@@ -41,7 +41,8 @@ SMALL_VALUE = 64
 CUT_WALK_LIMIT = 20_000  # grad_fn nodes walked per detach to find the parameters it cuts off
 CUT_WALKS = 64  # such walks per capture for comparisons / values leaving the graph (a mask per layer is common)
 # Frames of torch and of this tracing package sit between the user's detach and the mode that sees it.
-_LIBRARY_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(__file__), "<frozen ")
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_LIBRARY_DIRS = (_TORCH_DIR, os.path.dirname(__file__), "<frozen ")
 # Other tools of this package may run their own torch function mode below this one (the doctor's step
 # arithmetic): their frames are not the user's either. The bug zoo and the demo models are user code.
 _PACKAGE = os.path.dirname(os.path.dirname(__file__))
@@ -52,6 +53,20 @@ def is_library(filename: str) -> bool:
     """A frame of torch or of this package's tools (not the user's code)."""
     return filename.startswith(_LIBRARY_DIRS) or (filename.startswith(_PACKAGE)
                                                   and not filename.startswith(_USER_IN_PACKAGE))
+
+
+def _called_by_user() -> bool:
+    """The torch call being observed was made by user code, not by torch itself (an optimizer's step
+    counters are tensors too)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_TORCH_DIR):
+            return name.endswith(("overrides.py", "_device.py"))
+        if not is_library(name):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def user_line() -> str:
@@ -305,12 +320,12 @@ class ForwardObserver(TorchFunctionMode):
                 self._detach_left(first, op)
         elif watched == "cast" and grad_in and first is not None and isinstance(out, torch.Tensor) \
                 and not (out.is_floating_point() or out.is_complex()):
-            self._left = self._evidence("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
-                                     cut=self._cut_names(first), shape=list(first.shape))
+            self._evidence("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
+                           cut=self._cut_names(first), shape=list(first.shape))
         elif watched == "enter" and first is not None and first.requires_grad and isinstance(out, torch.Tensor) \
                 and not out.requires_grad:  # torch.tensor(t): a copy with no history
             self._evidence("left-graph", f"torch.{name}(...)", cut=self._cut_names(first), shape=list(first.shape))
-        elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor):
+        elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor) and _called_by_user():
             entered = self._evidence("entered", f"torch.{name}(...)", shape=list(out.shape))
             self._left.via = entered.line
             self._left = None
