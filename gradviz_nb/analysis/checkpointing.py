@@ -17,7 +17,9 @@ those calls would do, as PyTorch behaves:
   checkpointed trace. Reentrant: the whole call. Share of estimated FLOPs (else of ops).
 * Lost gradients. A reentrant checkpoint whose tensor inputs none requires grad returns outputs with no
   grad_fn: everything inside (a LoRA adapter behind a frozen embedding) gets no ``.grad``. Calls are
-  taken in forward order, so a block cut off this way cuts the next one's input too.
+  taken in forward order, so a block cut off this way cuts the next one's input too. Such a checkpoint
+  keeps nothing (no node holds its ctx) and is never recomputed; ops left with no input that requires
+  grad are not recorded, so what they saved goes too.
 
 Marks inside another marked call are ignored (the outer checkpoint packs the inner one). The rule works
 on :func:`table` (plain JSON: what the page gets) and is mirrored by ``js/src/features/checkpoint/state.ts``;
@@ -26,7 +28,8 @@ on :func:`table` (plain JSON: what the page gets) and is mirrored by ``js/src/fe
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
@@ -178,7 +181,8 @@ def _inputs(graph: AutogradGraph, storage: Any) -> list[CheckpointInput]:
         if d["kind"] == "leaf" and d["names"]:
             continue  # a parameter passed in: held by the model anyway
         shape = next((g.edges[u, v].get("shape") for v in used_by), None)
-        match = _saved_as_input(g, sorted(set(used_by), key=lambda n: g.nodes[n]["seq"]), shape, d["dtype"])
+        inside = functools.partial(_inside_call, g, tree, call)
+        match = _saved_as_input(g, sorted(set(used_by), key=lambda n: g.nodes[n]["seq"]), shape, d["dtype"], inside)
         if match is not None:
             record["storages"].append(storage(match[0], match[1]))
         elif shape is not None:
@@ -195,38 +199,63 @@ def _numel(shape: list[int]) -> int:
     return out
 
 
-def _saved_as_input(g: nx.DiGraph, consumers: list[str], shape: Any, dtype: str) -> tuple[Any, int] | None:
-    """The storage a consumer saved of an incoming tensor: an activation of its shape and dtype that is not
-    an output of the saving op (the first consumer in forward order that saved one)."""
-    for n in consumers:
-        for s in g.nodes[n].get("saved", []):
-            if (s.get("storage") is not None and not s.get("param") and s["shape"] == shape
-                    and s["dtype"] == dtype and not s["name"].startswith("result")):
-                return s["storage"], int(s["storage_bytes"])
+def _inside_call(g: nx.DiGraph, tree: CallTree, call: str, n: str) -> bool:
+    return g.nodes[n]["kind"] == "op" and tree.inside(g.nodes[n]["call"], {call})
+
+
+VIEW_DEPTH = 4  # how far an input is followed through ops that save nothing (views, reshapes)
+
+
+def _saved_as_input(g: nx.DiGraph, consumers: list[str], shape: Any, dtype: str,
+                    inside: Callable[[str], bool]) -> tuple[Any, int] | None:
+    """The storage a member op saved of an incoming tensor: an activation of its size and dtype that is not
+    an output of the saving op, at its consumers or, through ops that save nothing (a Linear's input
+    view), at theirs; the first in forward order."""
+    if shape is None:
+        return None
+    numel, frontier, seen = _numel(shape), consumers, set(consumers)
+    for _ in range(VIEW_DEPTH):
+        following: list[str] = []
+        for n in frontier:
+            saved = g.nodes[n].get("saved", [])
+            for s in saved:
+                if (s.get("storage") is not None and not s.get("param") and s["shape"] is not None
+                        and _numel(s["shape"]) == numel and s["dtype"] == dtype and not s["name"].startswith("result")):
+                    return s["storage"], int(s["storage_bytes"])
+            if not saved:
+                following += [v for v in sorted(g.successors(n), key=lambda m: g.nodes[m]["seq"])
+                              if v not in seen and inside(v)]
+        seen.update(following)
+        frontier = following
     return None
 
 
-def plan(data: CheckpointTable, calls: Sequence[Mapping[str, Any]], marks: Mapping[str, str]) -> dict[str, Any]:
-    """The rule on a table: memory before/after, recompute and the reentrant cuts (the page's twin:
-    ``evaluate`` in ``js/src/features/checkpoint/state.ts``). Leaves lost come from the cuts (what-if)."""
+def outer_marks(calls: Sequence[Mapping[str, Any]], marks: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """Marked calls that take effect (in forward order) and those inside another marked call (ignored)."""
     tree = CallTree(calls)
-    order = [c["id"] for c in calls]
-    chosen = [c for c in order if marks.get(c) in MODES]
+    chosen = [c["id"] for c in calls if marks.get(c["id"]) in MODES]
     outer = [c for c in chosen if not any(a in chosen for a in list(tree.chain(c))[1:])]
-    ignored = [c for c in chosen if c not in outer]
+    return outer, [c for c in chosen if c not in outer]
+
+
+def plan(data: CheckpointTable, calls: Sequence[Mapping[str, Any]], marks: Mapping[str, str],
+         cuts: Sequence[str] = (), gone: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """The rule on a table: memory before/after and recompute (the page's twin: ``evaluate`` in
+    ``js/src/features/checkpoint/state.ts``). ``cuts``: reentrant calls whose outputs have no grad_fn (their
+    ctx is dropped: they keep nothing and nothing is recomputed); ``gone``: ops that no longer exist then."""
+    tree = CallTree(calls)
+    outer, ignored = outer_marks(calls, marks)
     outer_set = set(outer)
     box = {op["id"]: next((a for a in tree.chain(op["call"]) if a in outer_set), "") for op in data["ops"]}
     before = _charges(data, calls, {}, set())
-    frames: dict[str, list[int]] = {}
     first_seq = {c: min((op["seq"] for op in data["ops"] if box[op["id"]] == c), default=0) for c in outer}
-    inputs = {i["call"]: i for i in data["inputs"]}
+    inputs = {i["call"]: i["storages"] for i in data["inputs"]}
     extra = len(data["storages"])
-    for k, c in enumerate(outer):
-        frames[c] = [*inputs[c]["storages"], extra + k] if c in inputs else [extra + k]
-    after = _charges(data, calls, {c: (first_seq[c], frames[c]) for c in outer}, {o for o, b in box.items() if b})
-    kept_storages = {s for c in outer for s in frames[c]}
+    frames = {c: (first_seq[c], [*inputs.get(c, []), extra + k]) for k, c in enumerate(outer) if c not in cuts}
+    after = _charges(data, calls, frames, {o for o, b in box.items() if b} | set(gone))
+    kept_storages = {s for _, f in frames.values() for s in f}
     sizes = [*data["storages"], *([data["rng_bytes"]] * len(outer))]
-    recomputed = _recomputed(data, box, {c: str(marks[c]) for c in outer})
+    recomputed = _recomputed(data, box, {c: str(marks[c]) for c in outer if c not in cuts})
     return {
         "before": before[""], "after": after[""], "per_call_before": before, "per_call_after": after,
         "kept": sum(sizes[s] for s in kept_storages),
@@ -332,8 +361,10 @@ def checkpoint_what_if(graph: AutogradGraph, marks: Mapping[str, str]) -> Checkp
         raise GradvizError(f"checkpoint_what_if expects the graph from gv.trace, got {type(graph).__name__}.")
     clean = check_marks(graph, marks)
     data = table(graph)
-    got = plan(data, graph.calls, clean)
-    cuts = reentrant_cuts(graph.nx, data, got["outer"], clean)
+    cuts = reentrant_cuts(graph.nx, data, outer_marks(graph.calls, clean)[0], clean)
+    alive = _existing(graph.nx, cuts)[0] if cuts else None
+    gone = {op["id"] for op in data["ops"] if alive is not None and op["id"] not in alive}
+    got = plan(data, graph.calls, clean, cuts, gone)
     lost = what_if(graph.nx, detach=cuts) if cuts else None
     return CheckpointPlan(
         marks=clean, before=got["before"], after=got["after"], per_call_before=got["per_call_before"],

@@ -76,14 +76,28 @@ def _wrapper(forward: Callable[..., Any], modes: Mapping[int, str], kept: _Kept)
         mode = modes.get(count)
         if mode is None or not torch.is_grad_enabled():
             return forward(*args, **kwargs)
-        kept.frames += 1
-        kept.rng_bytes += torch.get_rng_state().numel()
-        kept.rng_bytes += sum(int(s.numel()) for s in get_device_states(*args)[1])
+        rng = int(torch.get_rng_state().numel()) + sum(int(s.numel()) for s in get_device_states(*args)[1])
         if mode == "reentrant":  # reentrant checkpoint takes no keyword arguments: bind them
-            return checkpoint(functools.partial(forward, **kwargs), *args, use_reentrant=True)
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+            out = checkpoint(functools.partial(forward, **kwargs), *args, use_reentrant=True)
+            if not any(t.requires_grad for t in _tensors(out)):
+                return out  # no node holds its ctx: the RNG state it saved is freed at once
+        else:
+            out = checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        kept.frames += 1
+        kept.rng_bytes += rng
+        return out
 
     return run
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for x in out for t in _tensors(x)]
+    if isinstance(out, Mapping):
+        return [t for x in out.values() for t in _tensors(x)]
+    return []
 
 
 class _SavedBytes:

@@ -56,6 +56,8 @@ test("reentrant with no input that requires grad: its leaves lose gradient, and 
   assert.deepEqual(one.cut, ["b0"]);
   assert.deepEqual(one.lost, ["w0"]);
   assert.match(lostCause(one, payload, "w0"), /reentrant checkpoint of b0 \(Block\)/);
+  // no node holds the cut checkpoint's ctx: it keeps nothing, and backward never re-runs it
+  assert.deepEqual([one.after, one.kept, one.recomputedOps], [200, 0, 0]);
   const both = evaluate(table, payload, { b0: "reentrant", b1: "reentrant" });
   assert.deepEqual(both.cut, ["b0", "b1"]); // b1's only input comes out of the cut b0
   assert.deepEqual(both.lost, ["w0", "w1"]);

@@ -9,7 +9,8 @@
 //    FLOPs not counted when it saved no output); reentrant the whole call.
 // 4. Reentrant calls, in forward order, none of whose inputs still requires grad once the earlier cuts
 //    are made (no producer exists, or each is inside a cut call) cut their outputs (no grad_fn): the
-//    what-if rule says which leaves lose gradient.
+//    what-if rule says which leaves lose gradient. Such a checkpoint keeps nothing and is never
+//    recomputed; ops left with no input that requires grad are not recorded (their saves go too).
 import type { CheckpointMode, CheckpointTable, GraphPayload } from "../../payload";
 import { graphIndex, LEAF, ROOT, type GraphIndex } from "../../state/graphindex";
 
@@ -116,20 +117,29 @@ export function evaluate(table: CheckpointTable, payload: GraphPayload, marks: M
   const outerSet = new Set(outer);
   const box = new Map<string, string>();
   for (const op of table.ops) box.set(op.id, chain(parent, op.call).find((a) => outerSet.has(a)) ?? "");
+  const cut = reentrantCuts(payload, table, outer, marks);
+  const cutSet = new Set(cut);
+  const gone = new Set<string>();
+  if (cut.length) {
+    const ix = graphIndex(payload);
+    const [exists] = existing(payload, cut);
+    for (const op of table.ops) if (!exists[ix.pos.get(op.id) ?? -1]) gone.add(op.id);
+  }
   const before = charges(table, calls, parent, [], () => false);
   const inputs = new Map(table.inputs.map((i) => [i.call, i] as const));
   const extra = table.storages.length;
-  const frames: [string, number, number[]][] = outer.map((c, k) => {
+  const frames: [string, number, number[]][] = [];
+  outer.forEach((c, k) => {
+    if (cutSet.has(c)) return; // no node holds its ctx: it keeps nothing
     let first = Infinity;
     for (const op of table.ops) if (box.get(op.id) === c && op.seq < first) first = op.seq;
-    return [c, first === Infinity ? 0 : first, [...(inputs.get(c)?.storages ?? []), extra + k]];
+    frames.push([c, first === Infinity ? 0 : first, [...(inputs.get(c)?.storages ?? []), extra + k]]);
   });
-  const after = charges(table, calls, parent, frames, (id) => box.get(id) !== "");
+  const after = charges(table, calls, parent, frames, (id) => box.get(id) !== "" || gone.has(id));
   const keptSet = new Set(frames.flatMap(([, , s]) => s));
   let kept = 0;
   for (const s of keptSet) kept += s < extra ? table.storages[s] : table.rng_bytes;
-  const [recomputedOps, recomputedFlops] = recomputed(table, box, outer, marks);
-  const cut = reentrantCuts(payload, table, outer, marks);
+  const [recomputedOps, recomputedFlops] = recomputed(table, box, outer.filter((c) => !cutSet.has(c)), marks);
   const lost = cut.length ? lostLeaves(payload, cut) : [];
   let forwardFlops = 0;
   for (const op of table.ops) forwardFlops += op.flops;
