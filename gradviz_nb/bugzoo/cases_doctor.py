@@ -209,6 +209,25 @@ def eval_mode() -> Outcome:
     return flag_outcome(truth, _findings(dx))
 
 
+def submodule_eval() -> Outcome:
+    """The model trains but its dropout was left in eval() (model.train() then model[2].eval()). Truth: the
+    same batch gives the same output twice in training mode (no unit dropped) while the weights move."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.5), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    model[2].eval()  # the bug
+
+    step = _training_step(opt, lambda: nn.functional.mse_loss(model(_X), _Y))
+
+    dx = gv.doctor(step, model, opt)
+    with torch.no_grad():
+        same = torch.equal(model(_X), model(_X))
+    moved = _never_moved(model, step) == set()
+    truth = {("mode", "(model)")} if model.training and same and moved else set()
+    return flag_outcome(truth, _findings(dx))
+
+
 def train_mode_evaluation() -> Outcome:
     """An evaluation step left in train() mode. Truth: dropout makes two evaluations of the same batch
     differ, and batch norm's running mean moves."""
@@ -394,6 +413,7 @@ CASES: list[Case] = [
     Case("doctor-eval-mode", "mode", eval_mode),
     Case("doctor-unused-parameter", "unused-parameter", unused_parameter),
     Case("doctor-train-mode-evaluation", "mode", train_mode_evaluation),
+    Case("doctor-submodule-eval", "mode", submodule_eval),
     Case("doctor-data-access", "data-access", data_access),
     Case("doctor-healthy-evaluation", "healthy", healthy_evaluation),
     Case("doctor-dead-adapter", "dead-adapter", dead_adapter),

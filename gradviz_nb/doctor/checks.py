@@ -258,6 +258,15 @@ def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
                             f"at step {rec.index}'s backward model.training was False while {len(rec.moved)} "
                             f"parameters moved; {len(stochastic)} modules behave differently in eval ({names})",
                             "call model.train() before training steps", rec.index)]
+        if rec.training_at_backward and rec.eval_at_backward and rec.moved:
+            off = rec.eval_at_backward
+            listed = ", ".join(f"{p} ({type(model.get_submodule(p)).__name__})" for p in off[:3])
+            return [Finding("mode", "(model)", f"{len(off)} module{'s' if len(off) > 1 else ''} stayed in eval() "
+                            "while the model trained", f"at step {rec.index}'s backward model.training was True but "
+                            f"{listed}{', ...' if len(off) > 3 else ''} had training=False (dropout off, batch norm "
+                            f"on its running statistics) while {len(rec.moved)} parameters moved",
+                            "call model.train() before training steps, with no submodule .eval() after it (unless "
+                            "freezing batch-norm statistics is meant)", rec.index)]
         ran_forward = rec.cap is not None and bool(rec.cap.calls)
         if rec.backwards == 0 and ran_forward and rec.training_at_forward:
             return [Finding("mode", "(model)", "an evaluation step ran in train() mode",

@@ -28,7 +28,7 @@ from gradviz_nb.probes.flow import GradientFlow, gradient_flow
 from gradviz_nb.probes.sharded import reshard_fsdp
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
 
-__all__ = ["Sightings", "StepRecord", "observe_step"]
+__all__ = ["Sightings", "StepRecord", "mode_matters", "observe_step"]
 
 
 @dataclass
@@ -44,6 +44,7 @@ class StepRecord:
     flow: GradientFlow | None = None
     loss: float | None = None
     training_at_backward: bool | None = None
+    eval_at_backward: list[str] = field(default_factory=list)  # dropout / batch-norm modules in eval() then
     training_at_forward: bool | None = None
     stale: dict[str, int] = field(default_factory=dict)  # parameter -> version its .grad still had
     moved: set[str] = field(default_factory=set)  # parameters whose value changed during the step
@@ -61,6 +62,16 @@ class Sightings:
     known: dict[int, torch.optim.Optimizer] = field(default_factory=dict)
     on_sight: Callable[[object], None] = lambda _: None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # weights outside model.parameters()
+
+
+def mode_matters(m: nn.Module) -> bool:
+    """Whether ``m`` computes differently in train() and eval(): dropout that drops, batch norm that keeps
+    running statistics."""
+    if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        return bool(m.track_running_stats)
+    if isinstance(m, nn.modules.dropout._DropoutNd) or "Dropout" in type(m).__name__:
+        return float(getattr(m, "p", 1.0)) > 0
+    return False
 
 
 def _grad_marks(named: dict[str, nn.Parameter]) -> dict[str, tuple[weakref.ref[torch.Tensor], int]]:
@@ -118,6 +129,7 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
         if rec.backwards != 1:
             return
         rec.training_at_backward = model.training
+        rec.eval_at_backward = [path for path, m in model.named_modules() if not m.training and mode_matters(m)]
         if isinstance(root, torch.Tensor) and root.grad_fn is not None:
             rec.loss = float(root.detach().float().sum()) if root.numel() else None
             rec.graph = trace(root, model=model, capture=rec.cap, names=seen.extra or None)
