@@ -707,6 +707,102 @@ On the graph, FSDP's post-backward hooks and DDP's sink are labelled as such, wi
 do; see "Distributed training: FSDP2 and DDP" in docs/guides/integrations.md."""),
 ]
 
+CHECKPOINTING = [
+    ("md", """# Checkpointing: memory against recompute, before you change a line
+
+Activation checkpointing (`torch.utils.checkpoint.checkpoint`) drops what a block saves for backward and
+re-runs the block during backward instead. Which blocks, and in which mode, is a trade: memory saved against
+compute paid, and, with `use_reentrant=True`, a way to lose gradients silently. This notebook answers it from
+**one trace without checkpointing**, then checks the answer against PyTorch by re-running with the
+checkpoints applied for real."""),
+    ("code", """import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+import gradviz_nb as gv
+from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=8, n_head=4, d_model=64, vocab=256, block_size=64)
+model = GPT2(cfg)
+w = gv.GraphWidget.from_fn(lambda: gpt2_loss(model, batch=4, seq=64), model=model)
+blocks = [c["id"] for c in w.graph.calls if c["type"] == "Block"]
+blocks"""),
+    ("md", """## Every other block, by clicking
+
+On the page, the **⟲ Checkpoint** button turns on checkpoint mode: a click on a module box (or a shift-click in
+any mode) cycles it non-reentrant → reentrant → off. Each box then shows `ckpt: <before> → <after>`, and the
+bar above the graph the total, the share of the forward that backward re-runs, and any leaf that would lose its
+gradient. The page answers by itself, with no kernel. The marks are the `checkpoints` trait, so setting it from
+Python is the same as clicking:"""),
+    ("code", """w.checkpoints = {b: "non_reentrant" for b in blocks[::2]}   # what four clicks do
+w"""),
+    ("code", """plan = w.checkpoint_what_if()   # Python's answer to the same marks (the page computes the same)
+print(plan.summary())
+for b in blocks[:2]:
+    print(f"{b}: {plan.per_call_before[b]:,} B -> {plan.per_call_after[b]:,} B")"""),
+    ("md", """**Checked against PyTorch.** `verify_checkpoint()` re-runs the forward and backward with
+`torch.utils.checkpoint.checkpoint` around exactly those blocks (in the sandbox: the model's `forward` and
+state are put back), measures the bytes saved for backward with saved-tensor hooks, reads which parameters
+get `.grad`, and counts the recomputed ops on a trace of that run. The page's **Verify (re-run)** button does
+the same and shows the result in a banner."""),
+    ("code", """result = w.verify_checkpoint()
+print("agree:", result["agree"])
+for line in result["checked"]:
+    print(" -", line)"""),
+    ("md", """## The reentrant trap: LoRA adapters behind a frozen embedding
+
+A common fine-tuning setup: the base model frozen (embeddings included), LoRA adapters inside each block,
+and a hand-written reentrant checkpoint per block in the training forward:"""),
+    ("code", """torch.manual_seed(0)
+lora = add_lora(GPT2(cfg), targets=("c_attn",))   # every base weight frozen, adapters trainable
+
+def forward_checkpointed(model, idx, targets):
+    \"\"\"The training forward as written: a reentrant checkpoint around each block.\"\"\"
+    pos = torch.arange(idx.shape[1])
+    h = model.drop(model.wte(idx) + model.wpe(pos))
+    for block in model.blocks:
+        h = checkpoint(block, h, use_reentrant=True)
+    logits = model.lm_head(model.ln_f(h))
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))"""),
+    ("md", """Before training, ask the what-if: trace the plain model once and mark the blocks the code
+checkpoints as reentrant."""),
+    ("code", """wl = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=4, seq=64), model=lora)
+wl.checkpoints = {b: "reentrant" for b in blocks}
+trap = wl.checkpoint_what_if()
+print(f"{len(trap.lost_names)} adapters would lose .grad, cut by {trap.cut[0]} ... {trap.cut[-1]}")
+print(trap.lost_names[:4])
+wl"""),
+    ("md", """The embedding is frozen, so the first block's input does not require grad: a reentrant
+checkpoint then returns an output with no `grad_fn`, and everything inside (and, through it, every later
+block's input) is cut off. PyTorch agrees, both in the re-run and in the hand-written forward itself:"""),
+    ("code", """with warnings.catch_warnings():
+    warnings.simplefilter("ignore")   # PyTorch warns "None of the inputs have requires_grad=True"
+    checked = wl.verify_checkpoint()
+    idx = torch.randint(0, cfg.vocab, (4, 64), generator=torch.Generator().manual_seed(1))
+    loss = forward_checkpointed(lora, idx, idx)
+print("re-run agrees:", checked["agree"], "| adapters without .grad:", len(checked["actual_lost"]))
+print("the hand-written forward's loss requires grad:", loss.requires_grad)"""),
+    ("md", """**Fix 1: non-reentrant checkpoints** (`use_reentrant=False`) keep the graph through the block
+whatever its inputs; the what-if says so, and the re-run confirms it:"""),
+    ("code", """wl.checkpoints = {b: "non_reentrant" for b in blocks}
+fixed = wl.checkpoint_what_if()
+print("lost:", fixed.lost_names, "| verified:", wl.verify_checkpoint()["agree"])"""),
+    ("md", """**Fix 2: make the block input require grad** (what `model.enable_input_require_grads()` does in
+Hugging Face transformers: a forward hook on the input embedding). The reentrant checkpoints then keep their
+adapters:"""),
+    ("code", """hook = lora.wte.register_forward_hook(lambda module, args, out: out.requires_grad_(True))
+wf = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=4, seq=64), model=lora)
+wf.checkpoints = {b: "reentrant" for b in blocks}
+print("lost:", wf.checkpoint_what_if().lost_names, "| verified:", wf.verify_checkpoint()["agree"])
+loss = forward_checkpointed(lora, idx, idx)
+loss.backward()
+print("adapters with .grad:", sum(p.grad is not None for n, p in lora.named_parameters() if "lora_" in n))
+hook.remove()"""),
+]
+
 if __name__ == "__main__":
     write("01_tour.ipynb", TOUR)
     write("02_what_if.ipynb", WHAT_IF)
@@ -716,3 +812,4 @@ if __name__ == "__main__":
     write("06_big_models.ipynb", BIG_MODELS)
     write("07_doctor.ipynb", DOCTOR)
     write("08_distributed.ipynb", DISTRIBUTED)
+    write("09_checkpointing.ipynb", CHECKPOINTING)
