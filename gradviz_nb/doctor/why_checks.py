@@ -51,7 +51,7 @@ def no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
 def _candidates(rec: StepRecord) -> dict[str, tuple[str, str]]:
     """Parameters with a zero or tiny gradient, or cut by a recorded detach that was used again."""
     assert rec.flow is not None
-    flagged = {n for f in rec.flow.flags if f.kind in ("no-grad", "nan", "dead-adapter") for n in f.params}
+    flagged = {n for f in rec.flow.flags if f.kind in ("no-grad", "nan") for n in f.params}
     cut = {n for e in (rec.cap.evidence if rec.cap is not None else [])
            if e.kind in ("detached", "data-access") and e.targets for n in e.cut}
     out: dict[str, tuple[str, str]] = {}
@@ -85,9 +85,11 @@ def cause_findings(rec: StepRecord) -> list[Finding]:
 
 def explained(rec: StepRecord, flag: Flag) -> bool:
     """A layer's vanishing flag whose every parameter has a zero or tiny gradient why explained."""
-    if flag.kind != "vanishing" or rec.flow is None:
+    if flag.kind not in ("vanishing", "dead-adapter") or rec.flow is None:
         return False
     covered = {w.name for w in _whys(rec)}
+    if flag.kind == "dead-adapter":  # an adapter whose parameter why found a cause for: that cause is the finding
+        return bool(covered & set(flag.params))
     under = [p.name for p in rec.flow.params if p.requires_grad and (
         not flag.target or p.name == flag.target or p.name.startswith(flag.target + "."))]
     return bool(under) and set(under) <= covered

@@ -133,10 +133,12 @@ def _fix_context(w: Why, model: nn.Module, p: torch.Tensor) -> tuple[contextlib.
     if w.kind == "reentrant-checkpoint":
         return _reentrant_direct(), "the block run without reentrant checkpointing (what use_reentrant=False computes)"
     if w.kind == "hook-zeroed" and e is None and w._hook is not None:
-        hooks = getattr(p, "_backward_hooks", None) or {}
-        for key in [k for k, h in hooks.items() if h is w._hook]:
-            del hooks[key]  # the sandbox puts the tensor's hooks back
-        return contextlib.nullcontext(), "the parameter's hook left out"
+        owners = [p, *model.modules()]  # the parameter's own hook, or a module's full backward hook
+        for owner in owners:
+            hooks = getattr(owner, "_backward_hooks", None) or {}
+            for key in [k for k, h in hooks.items() if h is w._hook]:
+                del hooks[key]  # the sandbox puts the hooks back
+        return contextlib.nullcontext(), "the hook left out"
     if e is None:
         raise GradvizError("no recorded evidence to apply the fix at")
     entered = e.via if e.kind == "left-graph" else ""

@@ -163,9 +163,23 @@ class _Blocker:
     node: str
     kind: Kind
     event: Evidence | None
+    hook: Any = None  # a module's full backward hook (not measured: registered before the capture)
 
 
-def _blockers(graph: AutogradGraph, dist: dict[str, int], events: Sequence[Evidence], status: str) -> list[_Blocker]:
+def _module_hook(model: nn.Module | None, attrs: dict[str, Any]) -> Any:
+    """The full backward hook of the module a ``BackwardHookFunctionBackward`` node belongs to, if any."""
+    if model is None or attrs.get("op") != "BackwardHookFunctionBackward":
+        return None
+    try:
+        module = model.get_submodule(str(attrs.get("module", "")))
+    except AttributeError:
+        return None
+    hooks = getattr(module, "_backward_hooks", None) or {}
+    return next(iter(hooks.values()), None)
+
+
+def _blockers(graph: AutogradGraph, dist: dict[str, int], events: Sequence[Evidence], status: str,
+              model: nn.Module | None = None) -> list[_Blocker]:
     """Nodes on the leaf's paths that can zero its gradient, nearest to the parameter first."""
     g = graph.nx
     by_seq: dict[int, list[Evidence]] = {}
@@ -186,6 +200,8 @@ def _blockers(graph: AutogradGraph, dist: dict[str, int], events: Sequence[Evide
             out.append(_Blocker(n, "saturated", sat))
         elif _custom(attrs):
             out.append(_Blocker(n, "custom-backward", None))
+        elif status == "zero" and _module_hook(model, attrs) is not None:
+            out.append(_Blocker(n, "hook-zeroed", None, _module_hook(model, attrs)))
     return sorted(out, key=lambda b: dist[b.node])
 
 
@@ -195,13 +211,13 @@ def _zeroed(e: Evidence) -> bool:
 
 
 def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: Sequence[Evidence],
-              p: torch.Tensor | None) -> Cause | None:
+              p: torch.Tensor | None, model: nn.Module | None = None) -> Cause | None:
     g = graph.nx
     dist = _distances(g, leaf)
     leaf_hook = next((e for e in events if e.kind == "hook" and name in e.cut and _zeroed(e)), None)
     if leaf_hook is not None:
         return _hook_cause(status, name, leaf_hook, leaf)
-    blockers = _blockers(graph, dist, events, status)
+    blockers = _blockers(graph, dist, events, status, model)
     removed = {b.node for b in blockers}
     if blockers and status in ("none", "zero") and not _reach(g, leaf, graph.roots, removed):
         # the nearest one whose removal alone... the nearest blocker every remaining path passes
@@ -209,15 +225,17 @@ def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: S
         return _blocker_cause(status, name, graph, first, len(blockers))
     if status == "tiny":
         sat = _most_saturated(dist, events, graph)
-        if sat is not None:
-            return _saturated(status, name, sat[0], sat[1], graph)
+        if sat and not _reach(g, leaf, graph.roots, {n for _, n in sat}):  # they block every path
+            e, node = min(sat, key=lambda s: s[0].numbers.get("derivative", 1.0))
+            return _saturated(status, name, e, node, graph)
     dead = _dead_input(graph, dist, events) if status == "zero" else None
     if dead is not None:
         e, node = dead
-        return Cause(status, "saturated", f"its layer's input comes from {e.op} at {_place(e)}, whose outputs were "
-                     "all zero", f"measured in forward: {e.numbers['fraction']:.1%} of {e.op}'s {e.shape} outputs sat "
-                     f"in its flat region at 0; a weight's gradient is its input times the output's gradient, so "
-                     f"{name}'s is zero", fix_for("saturated"), node, e)
+        return Cause(status, "saturated", f"its layer's input is computed from {e.op} at {_place(e)}, whose "
+                     "outputs all sat in its flat region", f"measured in forward: {e.numbers['fraction']:.1%} of "
+                     f"{e.op}'s {e.shape} outputs were saturated (a dead ReLU outputs zeros, a saturated sigmoid a "
+                     f"constant); a weight's gradient is its input times the output's gradient, so {name}'s is zero",
+                     fix_for("saturated"), node, e)
     hook = _live_hooks(p)
     if hook is not None and status in ("zero", "tiny"):
         return Cause(status, "hook-zeroed", f"a hook on {name} ({hook[0]}) leaves it {status}",
@@ -227,12 +245,13 @@ def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: S
 
 
 def _dead_input(graph: AutogradGraph, dist: dict[str, int], events: Sequence[Evidence]) -> tuple[Evidence, str] | None:
-    """A ReLU / clamp whose outputs were all zero, feeding an op on the parameter's path (its layer's input)."""
+    """An activation whose outputs all sat in its flat region (a dead ReLU: all zero; a saturated sigmoid: all
+    constant), upstream of an op on the parameter's path without being on it: the layer's input."""
     seqs = {d.get("seq"): n for n, d in graph.nx.nodes(data=True) if d.get("kind") == "op"}
     for e in events:
-        node = seqs.get(e.seq) if e.kind == "saturated" and e.op in ("relu", "relu6", "clamp_min") else None
+        node = seqs.get(e.seq) if e.kind == "saturated" else None
         if node is not None and node not in dist and e.numbers.get("fraction", 0.0) >= 1.0 and \
-                any(nxt in dist for nxt in graph.nx.successors(node)):
+                not dist.keys().isdisjoint(nx.descendants(graph.nx, node)):
             return e, node
     return None
 
@@ -260,6 +279,14 @@ def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, co
     e = b.event
     if b.kind == "hook-zeroed" and e is not None:
         return _hook_cause(status, name, e, b.node)
+    if b.kind == "hook-zeroed":
+        from gradviz_nb.tracing.evidence import hook_name
+
+        hook = hook_name(b.hook)
+        return Cause(status, "hook-zeroed", f"the full backward hook {hook} of module {attrs.get('module')!r} "
+                     "passes no gradient back", f"every path from {name} to the loss runs through the backward hook "
+                     f"node of {attrs.get('module')!r} ({b.node}), {name}'s gradient is exactly zero, and no op on "
+                     f"those paths has a zero derivative{more}", fix_for("hook-zeroed"), b.node, hook=b.hook)
     if b.kind == "custom-backward":
         return Cause(status, "custom-backward", f"the custom autograd.Function {attrs['op']}{module} passes no "
                      "gradient back to it", f"every path from {name} to the loss runs through {attrs['op']} (node "
@@ -284,13 +311,11 @@ def _saturated(status: str, name: str, e: Evidence, node: str, graph: AutogradGr
 
 
 def _most_saturated(dist: dict[str, int], events: Sequence[Evidence],
-                    graph: AutogradGraph) -> tuple[Evidence, str] | None:
+                    graph: AutogradGraph) -> list[tuple[Evidence, str]]:
     seqs = {graph.nx.nodes[n].get("seq"): n for n in dist}
     sats = [(e, seqs[e.seq]) for e in events if e.kind == "saturated" and e.seq in seqs
             and e.numbers.get("fraction", 0.0) >= 0.9]
-    if not sats:
-        return None
-    return min(sats, key=lambda s: s[0].numbers.get("derivative", 1.0))
+    return sats
 
 
 # -- the whole walk ------------------------------------------------------------------------------------------
@@ -357,7 +382,7 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
                      f"{measured}; no path from {name} to the loss in the traced graph; {where}",
                      fix_for("unused-parameter"))
     assert graph is not None
-    found = _in_graph(status, name, graph, leaf, events, param)
+    found = _in_graph(status, name, graph, leaf, events, param, model)
     if found is not None:
         return found
     if status == "none":

@@ -260,3 +260,16 @@ def test_bad_names_are_refused_with_close_matches() -> None:
         gv.why(graph, "enc.wieght")
     with pytest.raises(gv.GradvizError, match="fn="):
         gv.why(Net("none"), "enc.weight")
+
+
+def test_a_modules_backward_hook_and_a_weight_fed_by_a_dead_relu() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.0), nn.Linear(8, 1))
+    handle = model[1].register_full_backward_hook(lambda mod, gi, go: (torch.zeros_like(gi[0]),))
+    fn: Callable[[], torch.Tensor] = lambda: nn.functional.mse_loss(model(X), Y)  # noqa: E731
+    w = gv.why(model, "0.weight", fn=fn)
+    assert (w.status, w.kind) == ("zero", "hook-zeroed") and "'1'" in w.cause, w.text()
+    assert w.prove().proven and len(model[1]._backward_hooks) == 1  # left out in the re-run only
+    handle.remove()
+    nn.init.constant_(model[0].bias, -1e4)  # every ReLU unit dead: 3.weight's input is all zero
+    w = gv.why(model, "3.weight", fn=fn)
+    assert (w.status, w.kind) == ("zero", "saturated") and "input" in w.cause, w.text()
