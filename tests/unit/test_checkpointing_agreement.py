@@ -93,7 +93,7 @@ def test_page_and_python_agree(cli: Path, make: Callable[[], AutogradGraph]) -> 
     answers, _ = js_answers(cli, g, marks)
     for m, a in zip(marks, answers, strict=True):
         _same(g, m, a)
-    assert any(a["lost"] for a in answers) == (make is lora_frozen_embedding)  # the corpus exercises cuts
+    assert any(a["lost"] for a in answers)  # the corpus exercises cuts (a reentrant wpe, a frozen embedding)
 
 
 def test_gpt2_124m_answers_within_50_ms(cli: Path) -> None:

@@ -339,6 +339,9 @@ TRAIT_RULES: dict[str, Rule] = {
     "step": whole(-1),
     "diff": lambda v: v == {} and isinstance(v, dict),
     "findings": lambda v: isinstance(v, (list, tuple)) and not v,
+    "checkpoints": lambda v: v == {} and isinstance(v, dict),
+    "checkpoint_table": lambda v: v == {} and isinstance(v, dict),
+    "checkpoint_verified": lambda v: v == {} and isinstance(v, dict),
 }
 
 

@@ -18,7 +18,10 @@ from gradviz_nb.widgets.page import contract
 def checkpoints(value: Any, graph: AutogradGraph | None) -> Any:
     """Trait ``checkpoints``: ``{call id: "non_reentrant" | "reentrant"}`` (``{}``: nothing checkpointed)."""
     if graph is not None:
-        return dict(check_marks(graph, value))
+        try:
+            return dict(check_marks(graph, value))
+        except GradvizError as err:
+            raise GradvizError(f"checkpoints: {err}") from None
     if not isinstance(value, Mapping) or any(m not in MODES for m in value.values()):
         raise GradvizError("checkpoints must be a dict {call id: 'non_reentrant' | 'reentrant'}; "
                            f"got {given(value)}.")
