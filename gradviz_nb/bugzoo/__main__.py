@@ -74,7 +74,8 @@ def mutants_line(path: Path | None = None) -> str:
     return (f"**Mutants named: {named}/{n} ({100 * named / max(n, 1):.0f}%)**: bugs planted by "
             f"{len(r['families'])} operator families at seeded random sites of {len(r['hosts'])} host models "
             f"(seed {r['seed']}), each mutant's truth measured in PyTorch against its unmutated host; "
-            f"{r['discarded_no_effect']} drawn mutants had no effect and were discarded. "
+            f"discarded: {r['discarded_no_effect']} drawn mutants with no effect, {r['discarded_loud']} whose step "
+            "raises (a loud bug). "
             f"`python -m gradviz_nb.bugzoo.mutants --seed {r['seed']} --n {n} --save` rewrites these counts.")
 
 
