@@ -725,9 +725,9 @@ import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
 
 torch.manual_seed(0)
-cfg = GPT2Config(n_layer=8, n_head=4, d_model=64, vocab=256, block_size=64)
+cfg = GPT2Config(n_layer=6, n_head=4, d_model=32, vocab=128, block_size=32)
 model = GPT2(cfg)
-w = gv.GraphWidget.from_fn(lambda: gpt2_loss(model, batch=4, seq=64), model=model)
+w = gv.GraphWidget.from_fn(lambda: gpt2_loss(model, batch=2, seq=32), model=model)
 blocks = [c["id"] for c in w.graph.calls if c["type"] == "Block"]
 blocks"""),
     ("md", """## Every other block, by clicking
@@ -737,7 +737,7 @@ any mode) cycles it non-reentrant → reentrant → off. Each box then shows `ck
 bar above the graph the total, the share of the forward that backward re-runs, and any leaf that would lose its
 gradient. The page answers by itself, with no kernel. The marks are the `checkpoints` trait, so setting it from
 Python is the same as clicking:"""),
-    ("code", """w.checkpoints = {b: "non_reentrant" for b in blocks[::2]}   # what four clicks do
+    ("code", """w.checkpoints = {b: "non_reentrant" for b in blocks[::2]}   # what three clicks do
 w"""),
     ("code", """plan = w.checkpoint_what_if()   # Python's answer to the same marks (the page computes the same)
 print(plan.summary())
@@ -769,7 +769,7 @@ def forward_checkpointed(model, idx, targets):
     return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))"""),
     ("md", """Before training, ask the what-if: trace the plain model once and mark the blocks the code
 checkpoints as reentrant."""),
-    ("code", """wl = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=4, seq=64), model=lora)
+    ("code", """wl = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=2, seq=32), model=lora)
 wl.checkpoints = {b: "reentrant" for b in blocks}
 trap = wl.checkpoint_what_if()
 print(f"{len(trap.lost_names)} adapters would lose .grad, cut by {trap.cut[0]} ... {trap.cut[-1]}")
@@ -781,7 +781,7 @@ block's input) is cut off. PyTorch agrees, both in the re-run and in the hand-wr
     ("code", """with warnings.catch_warnings():
     warnings.simplefilter("ignore")   # PyTorch warns "None of the inputs have requires_grad=True"
     checked = wl.verify_checkpoint()
-    idx = torch.randint(0, cfg.vocab, (4, 64), generator=torch.Generator().manual_seed(1))
+    idx = torch.randint(0, cfg.vocab, (2, 32), generator=torch.Generator().manual_seed(1))
     loss = forward_checkpointed(lora, idx, idx)
 print("re-run agrees:", checked["agree"], "| adapters without .grad:", len(checked["actual_lost"]))
 print("the hand-written forward's loss requires grad:", loss.requires_grad)"""),
@@ -792,16 +792,17 @@ fixed = wl.checkpoint_what_if()
 checked = wl.verify_checkpoint()
 print("lost:", fixed.lost_names, "| PyTorch:", checked["actual_lost"])
 gap = checked["measured_bytes"] - checked["predicted_bytes"]
-print(f"saved bytes: {checked['predicted_bytes']:,} predicted, {checked['measured_bytes']:,} measured ({gap:,} B apart)")"""),
+print(f"saved bytes: {checked['predicted_bytes']:,} predicted, {checked['measured_bytes']:,} measured"
+      f" ({gap:,} B apart)")"""),
     ("md", """The bytes differ by one tensor the graph cannot show: block 0's input comes from the frozen
 embedding, needs no grad, and no op of the graph saved it (its `ln_1` is frozen too), yet a non-reentrant
-checkpoint keeps it (4 × 64 × 64 float32 = 65,536 B). The re-run measures it; the prediction says what it
+checkpoint keeps it (2 × 32 × 32 float32 = 8,192 B). The re-run measures it; the prediction says what it
 could see. Which adapters get `.grad` agrees exactly."""),
     ("md", """**Fix 2: make the block input require grad** (what `model.enable_input_require_grads()` does in
 Hugging Face transformers: a forward hook on the input embedding). The reentrant checkpoints then keep their
 adapters:"""),
     ("code", """hook = lora.wte.register_forward_hook(lambda module, args, out: out.requires_grad_(True))
-wf = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=4, seq=64), model=lora)
+wf = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=2, seq=32), model=lora)
 wf.checkpoints = {b: "reentrant" for b in blocks}
 print("lost:", wf.checkpoint_what_if().lost_names, "| verified:", wf.verify_checkpoint()["agree"])
 loss = forward_checkpointed(lora, idx, idx)

@@ -94,6 +94,7 @@ def test_screenshots_light_and_dark(browser: Any, tmp_path: Path, width: int,
     p = MountedPage(browser, tmp_path, state, viewport=(width + 40, 1000), width=width)
     p.js("() => gv.hook.idle()")
     assert p.js("() => gv.hook.cy.$id('c:blocks.2').hasClass('ck-reentrant')")
+    p.js("() => { const cy = gv.hook.cy; cy.zoom(0.9); cy.center(cy.$id('c:blocks.4')); }")  # the marked blocks
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     root = p.page.locator("[data-testid=gradviz-root]")
     root.screenshot(path=str(SCREENSHOTS / f"checkpoint-light-{width}.png"))
