@@ -1,21 +1,23 @@
-"""Vanishing and exploding layers: rules that hold whatever the rest of the model looks like.
+"""Vanishing and exploding layers: each verdict names a measured consequence, never a comparison alone.
 
-Comparing each layer with the median layer (the old rule) calls the healthy top of a vanishing
-network "exploding" and a network whose every layer explodes "fine". These rules judge each layer by
-what its gradient would do to its own weights, and the network by how that changes with depth:
+A layer is judged by what one optimizer step does to its own weights: at the optimizer's learning rate
+when it is known (its param group's ``lr``; an adaptive optimizer such as Adam moves each element by about
+``lr * rms(g) / (rms(g) + eps)``, whatever the gradient's size), else at ``Thresholds.lr`` (1e-3) as an SGD step.
 
-* **exploding**: one SGD step at a usual learning rate (``lr``, 1e-3) would move the weights by more
-  than their own norm (gradient/weight ratio above ``1/lr``); or the largest gradient element is within
-  100x of what the dtype can hold; or the layer's norm is ``peer`` x above every other layer's while
-  its ratio exceeds 1.
-* **vanishing**: an SGD step even at learning rate 1 would change the weights by less than the dtype's
-  resolution (ratio below ``finfo.eps``: 1.2e-7 in float32, 7.8e-3 in bfloat16) and, when the caller can
-  check it on the tensors (``moved``), such a step really changes fewer than 1% of the layer's values once
-  rounded to their dtype (a bfloat16 LayerNorm: its weights near 1.0 may not move, its biases near 0 do,
-  so the layer learns); or the ratio falls
-  steadily with depth (Spearman rank correlation >= 0.9 over at least 6 layers) by more than
-  ``trend`` x from the output layers to the input layers, and this layer sits more than ``trend`` x
-  under the output layers; or the gradient is exactly zero.
+* **exploding**: that step (SGD-like optimizers only: an adaptive step does not grow with the gradient) would
+  move the weights by more than their own norm; or the largest gradient element is within 100x of what
+  the dtype can hold; or the norm is above the user's ``abs_exploding``. A layer whose norm is ``peer`` x
+  above every other layer's is NOT exploding for that alone: it usually stands out because the gradient
+  vanished under it, and the layers under it are judged (and named) instead.
+* **vanishing**: the gradient is exactly zero; or an SGD step even at learning rate 1 would change the
+  weights by less than the dtype's resolution (ratio below ``finfo.eps``: 1.2e-7 in float32, 7.8e-3 in
+  bfloat16) and, when the caller can check it on the tensors (``moved``), such a step really changes
+  fewer than 1% of the layer's values once rounded to their dtype; or a million steps like the one above
+  would move the weights by less than 1% of their norm (:data:`HORIZON_STEPS`, :data:`HORIZON_MOVE`; at a
+  guessed learning rate only where the ratio also falls steadily with depth: Spearman rank correlation
+  >= 0.9 over at least 6 layers, more than ``trend`` x); or the norm is under the user's ``abs_vanishing``.
+  The trend and a layer standing out above are context in the reason, never a verdict by themselves: a
+  healthy deep network's lower layers often get 10-100x smaller ratios than its head and learn fine.
 
 Ratios use the weight norm, floored at 1e-3 per element so that zero-initialised layers (biases,
 LoRA's B) get a finite ratio. Adapter layers are skipped for vanishing (LoRA's A gets an exactly zero
@@ -38,14 +40,17 @@ WEIGHT_FLOOR = 1e-3  # per element: the "own size" of a zero-initialised weight
 MIN_TREND_LAYERS = 6
 MIN_TREND_CORRELATION = 0.9
 MOVE_FLOOR = 0.01  # a layer an SGD step at lr 1 changes in at least this fraction of its values can learn
+HORIZON_STEPS = 1_000_000  # a long training run, in optimizer steps
+HORIZON_MOVE = 0.01  # weights that HORIZON_STEPS steps move by less than this fraction of their norm do not learn
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """The knobs of :func:`check_layers` (see the module docstring).
 
-    ``lr``: the usual learning rate of the exploding test. ``peer``: how far above every other layer a
-    norm must be. ``trend``: the fall from output to input layers that counts as vanishing.
+    ``lr``: the learning rate of an SGD step when the layer's optimizer is unknown. ``peer``: how far above
+    every other layer a norm must be to "stand out" (context for the layers under it). ``trend``: the fall
+    of the ratio from output to input layers that is named as context.
     ``abs_vanishing`` / ``abs_exploding``: optional absolute limits on a layer's gradient norm.
     """
 
@@ -66,6 +71,9 @@ class LayerHealth:
     weight_norm: float
     numel: int
     dtype: str  # the coarsest dtype among its parameters, e.g. "float32"
+    lr: float | None = None  # the optimizer's learning rate for this layer (None: unknown, Thresholds.lr)
+    adaptive_eps: float | None = None  # an adaptive optimizer's eps (Adam's 1e-8); None: SGD-like step
+    optimizer: str = ""  # the optimizer's class name, for the reason
 
 
 @dataclass(frozen=True)
@@ -102,21 +110,52 @@ def _spearman(values: Sequence[float]) -> float:
     return 1 - 6 * d2 / (n * (n * n - 1))
 
 
-def _exploding(layer: LayerHealth, others_max: float, t: Thresholds) -> str:
+def step_move(layer: LayerHealth, t: Thresholds) -> tuple[float, str]:
+    """(``||Δw|| / ||w||`` of one optimizer step from this gradient, the words for that step)."""
+    lr = layer.lr if layer.lr is not None else t.lr
+    own = max(layer.weight_norm, WEIGHT_FLOOR * math.sqrt(max(layer.numel, 1)))
+    if layer.adaptive_eps is None:
+        name = f"{layer.optimizer} " if layer.optimizer else "SGD "
+        where = f"at your lr {lr:g}" if layer.lr is not None else f"at lr {lr:g}"
+        return lr * layer.norm / own, f"one {name}step {where}"
+    rms = layer.norm / math.sqrt(max(layer.numel, 1))
+    per_element = lr * rms / (rms + layer.adaptive_eps)
+    return per_element * math.sqrt(max(layer.numel, 1)) / own, (
+        f"one {layer.optimizer} step at your lr {lr:g} (about lr x rms(g)/(rms(g)+eps) = {per_element:.3g} per "
+        f"element, rms(g) {rms:.3g}, eps {layer.adaptive_eps:g})")
+
+
+LossStep = Callable[[str], "tuple[float, float] | None"]
+"""``loss_step(path)``: the loss before and after stepping only that layer as :func:`step_move` says (None:
+no loss to evaluate)."""
+
+
+def _exploding(layer: LayerHealth, t: Thresholds, loss_step: LossStep | None = None) -> str:
     ratio = _ratio(layer)
     info = _finfo(layer.dtype)
-    if ratio * t.lr > 1:
-        return (f"gradient/weight ratio {ratio:.3g}: one SGD step at lr {t.lr:g} would move these weights by "
-                f"{ratio * t.lr:.3g}x their own norm")
+    move, how = step_move(layer, t)
+    if layer.adaptive_eps is None and move > 1:
+        return f"gradient/weight ratio {ratio:.3g}: {how} would move these weights by {move:.3g}x their own norm"
+    losses = loss_step(layer.path) if loss_step is not None else None
+    if losses is not None and not losses[1] <= losses[0]:  # NaN after the step counts as raised
+        return (f"{how} on this layer alone raises the loss from {losses[0]:.4g} to {losses[1]:.4g} (it moves the "
+                f"weights by {move:.3g} of their norm; gradient/weight ratio {ratio:.3g})")
     if layer.max_abs > info.max / 100:
         return (f"largest gradient element {layer.max_abs:.3g} is within 100x of {layer.dtype}'s maximum "
                 f"({info.max:.3g})")
-    if others_max > 0 and layer.norm > t.peer * others_max and ratio > 1:
-        return (f"gradient norm {layer.norm:.3g} is {layer.norm / others_max:.3g}x the largest of every other layer "
-                f"({others_max:.3g}), and its gradient/weight ratio is {ratio:.3g}")
     if t.abs_exploding is not None and layer.norm > t.abs_exploding:
         return f"gradient norm {layer.norm:.3g} is above the absolute limit {t.abs_exploding:g}"
     return ""
+
+
+def _beyond_horizon(layer: LayerHealth, t: Thresholds, on_trend: bool) -> str:
+    """The horizon rule. At a guessed learning rate (the optimizer unknown) it also needs the steady fall with
+    depth: a small ratio alone may be the user's lr's business (a damped branch learns at a larger lr)."""
+    move, how = step_move(layer, t)
+    if move * HORIZON_STEPS >= HORIZON_MOVE or (layer.lr is None and not on_trend):
+        return ""
+    return (f"gradient/weight ratio {_ratio(layer):.3g}: {how} moves these weights by {move:.3g} of their norm, so "
+            f"{HORIZON_STEPS:,} such steps would move them by {move * HORIZON_STEPS:.3g} of it: they do not learn")
 
 
 def _below_resolution(layer: LayerHealth, moved: Callable[[str], float | None] | None) -> str:
@@ -152,24 +191,45 @@ def _trend(layers: Sequence[LayerHealth], t: Thresholds) -> dict[str, str]:
     out = {}
     for m, lg in zip(live, logs, strict=True):
         if top - lg > math.log10(t.trend):
-            out[m.path] = (f"gradient/weight ratio {10**lg:.3g} is {10 ** (top - lg):.3g}x under the output layers' "
-                           f"(median {10**top:.3g} over {names}); the ratio falls steadily with depth "
-                           f"(rank correlation {rho:.2f} over {len(live)} layers)")
+            out[m.path] = (f"the ratio is {10 ** (top - lg):.3g}x under the output layers' (median {10**top:.3g} "
+                           f"over {names}) and falls steadily with depth (rank correlation {rho:.2f} over "
+                           f"{len(live)} layers)")
+    return out
+
+
+def _stands_out(layers: Sequence[LayerHealth], i: int, t: Thresholds) -> bool:
+    """Is layer ``i``'s norm ``peer`` x above every other layer's?"""
+    others = max((m.norm for j, m in enumerate(layers) if j != i), default=0.0)
+    return others > 0 and layers[i].norm > t.peer * others
+
+
+def _standing_out(layers: Sequence[LayerHealth], t: Thresholds, exploding: set[int]) -> dict[int, str]:
+    """Layer index -> context for the layers under a layer that stands out without exploding."""
+    norms = [m.norm for m in layers]
+    out: dict[int, str] = {}
+    for i, m in enumerate(layers):
+        if i not in exploding and _stands_out(layers, i, t):
+            for j in range(i):
+                times = m.norm / max(norms[j], 1e-300)
+                out[j] = (f"; {m.path or '(top)'} above gets a gradient norm {m.norm:.3g}, {times:.3g}x this layer's: "
+                          "it stands out because the gradient vanishes under it, not because it explodes")
     return out
 
 
 def check_layers(layers: Sequence[LayerHealth], t: Thresholds, skip_vanishing: set[str],
-                 moved: Callable[[str], float | None] | None = None) -> list[LayerVerdict]:
+                 moved: Callable[[str], float | None] | None = None,
+                 loss_step: LossStep | None = None) -> list[LayerVerdict]:
     """Vanishing / exploding verdicts for ``layers`` (depth order, inputs first; finite norms only).
 
     ``moved(path)``: the fraction of the layer's values one SGD step at lr 1 really changes in their dtype
-    (None: unknown); asked only for layers whose ratio is under their dtype's resolution."""
+    (None: unknown); asked only for layers whose ratio is under their dtype's resolution. ``loss_step(path)``
+    (:data:`LossStep`): asked only for layers standing out ``peer`` x above every other one."""
     out: list[LayerVerdict] = []
-    norms = [m.norm for m in layers]
     trend = _trend([m for m in layers if m.path not in skip_vanishing], t)
+    exploding = {i: _exploding(m, t, loss_step if _stands_out(layers, i, t) else None) for i, m in enumerate(layers)}
+    above = _standing_out(layers, t, {i for i, why in exploding.items() if why})
     for i, m in enumerate(layers):
-        others_max = max((n for j, n in enumerate(norms) if j != i), default=0.0)
-        why = _exploding(m, others_max, t)
+        why = exploding[i]
         if why:
             out.append(LayerVerdict("exploding", m.path, why))
             continue
@@ -178,9 +238,11 @@ def check_layers(layers: Sequence[LayerHealth], t: Thresholds, skip_vanishing: s
         if m.norm == 0:
             why = "gradient is exactly zero (underflow, a dead activation or a zero multiplier on the path)"
         else:
-            why = _below_resolution(m, moved) or trend.get(m.path, "")
+            why = _below_resolution(m, moved) or _beyond_horizon(m, t, m.path in trend)
             if not why and t.abs_vanishing is not None and m.norm < t.abs_vanishing:
                 why = f"gradient norm {m.norm:.3g} is below the absolute limit {t.abs_vanishing:g}"
+            if why:
+                why += (f"; {trend[m.path]}" if m.path in trend else "") + above.get(i, "")
         if why:
             out.append(LayerVerdict("vanishing", m.path, why))
     return out

@@ -6,6 +6,7 @@ each layer, whether one step really blows the loss up) and derives the expected 
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from collections.abc import Callable
@@ -108,29 +109,134 @@ class _ResidualSigmoid(nn.Module):
 
 def residual_without_final_norm() -> Outcome:
     """20 residual sigmoid blocks and a head with no final norm: the residual stream grows with depth and
-    the head's gradient is 170x every other layer's. Truth: SGD at lr 1e-3 diverges within 10 steps, and
-    the first step moves the head by more than a tenth of its norm. Expected: exploding on those layers."""
+    the head's gradient is 170x every other layer's. gradient_flow gets the loss as ``closure``. Truth: SGD at
+    lr 1e-3 diverges within 10 steps, and one real SGD step of a layer alone (a copy of the model) raises the
+    loss. Expected: exploding on the layers whose own step raises it."""
     torch.manual_seed(0)
     model = nn.Sequential(*[_ResidualSigmoid() for _ in range(20)], nn.Linear(16, 1))
     x, y = torch.randn(64, 16), torch.randn(64, 1)
-    nn.functional.mse_loss(model(x), y).backward()
-    reported = flags_of(gv.gradient_flow(model))
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    reported = flags_of(gv.gradient_flow(model, closure=lambda: nn.functional.mse_loss(model(x), y)))
+    raised = set()
+    for layer in {n.rpartition(".")[0] for n, _ in model.named_parameters()}:
+        alone = copy.deepcopy(model)  # a Parameter's deepcopy leaves .grad behind: copy it
+        for (_, p), (_, q) in zip(model.named_parameters(), alone.named_parameters(), strict=True):
+            q.grad = p.grad.clone()
+        torch.optim.SGD([p for n, p in alone.named_parameters() if n.rpartition(".")[0] == layer], lr=1e-3).step()
+        after = nn.functional.mse_loss(alone(x), y).item()
+        if not after <= loss.item():
+            raised.add(layer)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    opt.step()
-    jumped = {n.rpartition(".")[0] for n, p in model.named_parameters()
-              if n.endswith("weight") and (p.detach() - before[n]).norm() > 0.1 * before[n].norm()}
     losses = []
     for _ in range(10):
+        opt.zero_grad()
+        step_loss = nn.functional.mse_loss(model(x), y)
+        step_loss.backward()
+        opt.step()
+        losses.append(step_loss.item())
+    diverged = not math.isfinite(losses[-1]) or losses[-1] > 10 * losses[0]
+    out = flag_outcome({("exploding", k) for k in raised} if diverged else set(), reported)
+    return Outcome(f"{out.expected} (loss {losses[0]:.3g} -> {losses[-1]:.3g} in 10 SGD steps)", out.got,
+                   out.ok and diverged, out.false_alarms)
+
+# -- a layer that stands out is judged by its consequence, not by the comparison ----------------------
+
+
+def _regression(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(256, 16, generator=gen)
+    return x, 5 * torch.tanh(x @ torch.randn(16, 1, generator=gen)) + 5
+
+
+def _one_step_moves(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor],
+                    ) -> tuple[dict[str, float], float, float]:
+    """One real optimizer step: each layer's ||Δw|| / ||w||, and the loss before and after it."""
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt.zero_grad()
+    loss = loss_fn()
+    loss.backward()
+    opt.step()
+    moves: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    for n, p in model.named_parameters():
+        moves.setdefault(n.rpartition(".")[0], []).append((before[n].flatten(), p.detach().flatten()))
+    rel = {k: (torch.cat([a for _, a in v]) - torch.cat([b for b, _ in v])).norm().item()
+           / torch.cat([b for b, _ in v]).norm().item() for k, v in moves.items()}
+    return rel, loss.item(), loss_fn().item()
+
+
+def saturated_under_a_healthy_head() -> Outcome:
+    """Linear-tanh, then a Linear whose bias of 15 saturates the sigmoid after it, then the head; SGD at lr
+    0.01. The head's gradient norm is ~2e7x every other layer's, yet the loss falls at this lr: the head is
+    not exploding, the layers under it are vanishing. Truth: one real SGD step (the head moves by less than
+    its own norm and the loss falls; each layer a million such steps would move by under 1% of its norm is
+    vanishing), and the loss over 50 steps."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Sigmoid(), nn.Linear(32, 1))
+    with torch.no_grad():
+        model[2].bias.fill_(15.0)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 16, generator=gen)
+    y = 3 + torch.randn(256, 1, generator=gen)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+
+    def loss_fn() -> torch.Tensor:
+        return nn.functional.mse_loss(model(x), y)
+
+    loss_fn().backward()
+    reported = flags_of(gv.gradient_flow(model, optimizer=opt))
+    moves, first, after = _one_step_moves(model, opt, loss_fn)
+    for _ in range(49):
+        _one_step_moves(model, opt, loss_fn)
+    last = loss_fn().item()
+    expected = {("vanishing", k) for k, v in moves.items() if v * 1e6 < 0.01}
+    expected |= {("exploding", k) for k, v in moves.items() if v > 1 or after > first}
+    out = flag_outcome(expected, reported)
+    return Outcome(f"{out.expected} (one step moves the head by {moves['4']:.2g} of its norm; loss {first:.3g} -> "
+                   f"{after:.3g} after it, {last:.3g} after 50)", out.got, out.ok and last < first, out.false_alarms)
+
+
+def _head_dominates(gain: float = 300.0) -> nn.Sequential:
+    """Six Linear-LayerNorm-ReLU blocks with weights scaled ``gain`` x (LayerNorm undoes it forward, so their
+    gradients are ``gain`` x smaller), then the head, whose gradient norm then dominates."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    width = 16
+    for _ in range(6):
+        linear = nn.Linear(width, 64)
+        with torch.no_grad():
+            linear.weight.mul_(gain)
+            linear.bias.zero_()
+        layers += [linear, nn.LayerNorm(64, elementwise_affine=False), nn.ReLU()]
+        width = 64
+    return nn.Sequential(*layers, nn.Linear(64, 1))
+
+
+def healthy_deep_head_dominates() -> Outcome:
+    """The head's gradient norm is ~30x every other layer's, and Adam (lr 1e-3) trains every layer: 300 steps
+    move each layer's weights and the loss falls by more than half. Expected: no flag (the old rules called
+    the head exploding and the six blocks vanishing)."""
+    model = _head_dominates(gain=30.0)
+    x, y = _regression()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    nn.functional.mse_loss(model(x), y).backward()
+    layers = gv.gradient_flow(model, optimizer=opt).layers
+    reported = flags_of(gv.gradient_flow(model, optimizer=opt))
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    losses = []
+    for _ in range(300):
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    diverged = not math.isfinite(losses[-1]) or losses[-1] > 10 * losses[0]
-    out = flag_outcome({("exploding", k) for k in jumped} if diverged else set(), reported)
-    return Outcome(f"{out.expected} (loss {losses[0]:.3g} -> {losses[-1]:.3g} in 10 SGD steps)", out.got,
-                   out.ok and diverged, out.false_alarms)
+    moved = min(((p.detach() - start[n]).norm() / start[n].norm()).item()
+                for n, p in model.named_parameters() if n.endswith("weight"))
+    head = max(m.norm for m in layers) / sorted(m.norm for m in layers)[-2]
+    out = flag_outcome(set(), reported)
+    learns = losses[-1] < 0.5 * losses[0] and moved > 0.01
+    return Outcome(f"no flag (head {head:.3g}x the next layer; loss {losses[0]:.3g} -> {losses[-1]:.3g}, every "
+                   f"weight moved by >= {moved:.2g} of its norm)", out.got, learns and out.ok, out.false_alarms)
 
 
 # -- no gradient: the cause must name the evidence ----------------------------------------------------
@@ -342,6 +448,8 @@ CASES: list[Case] = [
     Case("vanishing-deep-sigmoid", "vanishing", vanishing_sigmoid),
     Case("exploding-bad-init", "exploding", exploding_init),
     Case("exploding-residual-no-final-norm", "exploding", residual_without_final_norm),
+    Case("vanishing-saturated-under-healthy-head", "vanishing", saturated_under_a_healthy_head),
+    Case("healthy-deep-head-dominates", "healthy", healthy_deep_head_dominates),
     Case("detach-in-another-module", "cause", detach_in_other_module),
     Case("data-read-of-a-parameter", "cause", data_read),
     Case("backward-not-run-yet", "cause", backward_not_run),

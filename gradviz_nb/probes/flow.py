@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,15 @@ from torch import nn
 
 from gradviz_nb.analysis.layer_health import Thresholds
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.flow_checks import FLAG_KINDS, Flag, check_flags, moved_by_sgd, scale_hints
+from gradviz_nb.probes.flow_checks import (
+    FLAG_KINDS,
+    Flag,
+    check_flags,
+    layer_steps,
+    loss_stepper,
+    moved_by_sgd,
+    scale_hints,
+)
 from gradviz_nb.probes.flow_stats import (
     HIST_RANGE,
     ModuleStats,
@@ -34,7 +42,7 @@ from gradviz_nb.probes.flow_stats import (
 from gradviz_nb.probes.grad_scale import pending_scale
 from gradviz_nb.probes.optimizer_check import optimizer_flags
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
-from gradviz_nb.validate import finite_number, instance, not_meta, tensor_mapping, text_list
+from gradviz_nb.validate import finite_number, function, instance, not_meta, tensor_mapping, text_list
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing import AutogradGraph, Capture
@@ -146,6 +154,7 @@ def gradient_flow(
     adapter_patterns: Sequence[str] = ("lora_A", "lora_B"),
     optimizer: torch.optim.Optimizer | None = None,
     scaler: Any | None = None,
+    closure: Callable[[], Any] | None = None,
 ) -> GradientFlow:
     """Gradient statistics per parameter and module, and flags with reasons, after a backward.
 
@@ -154,12 +163,16 @@ def gradient_flow(
     the parameter is in the loss's graph at all and where a ``detach()`` cut it; ``capture`` also
     finds a ``.data``/``.detach()`` of the parameter itself, and the graph orders layers by depth.
 
-    Vanishing and exploding are judged per layer by what its gradient would do to its weights, and by
-    the trend with depth, never against the median layer (rules in :mod:`gradviz_nb.analysis.layer_health`):
-    exploding when one SGD step at ``lr`` would move a layer by more than its own norm, or its norm is
-    ``peer`` x above every other layer's; vanishing when even lr 1 would not change its weights at
-    their dtype's resolution, or the gradient/weight ratio falls steadily by more than ``trend`` x from
-    the output layers to this one. ``abs_vanishing``/``abs_exploding``: optional absolute norm limits.
+    Vanishing and exploding are judged per layer by a measured consequence of one optimizer step, never by
+    comparing layers alone (rules in :mod:`gradviz_nb.analysis.layer_health`): at ``optimizer``'s learning
+    rate when given (an adaptive optimizer's step does not grow with the gradient), else an SGD step at
+    ``lr``. Exploding: that step would move a layer by more than its own norm, an element is within 100x of
+    its dtype's maximum, or (``closure``) stepping a layer that stands out ``peer`` x above every other one
+    raises the loss. Vanishing: an exact zero, a step even at lr 1 lost to the dtype's resolution, or a
+    million such steps moving the layer by under 1% of its norm (at ``lr``, only where the ratio also falls
+    steadily with depth by more than ``trend`` x). ``abs_vanishing``/``abs_exploding``: optional absolute
+    norm limits. ``closure``: the loss without backward (``lambda: loss_fn(model(x), y)``), evaluated
+    inside the sandbox (every value put back) before and after stepping only a standing-out layer.
     Adapters are the parameters with a path component in ``adapter_patterns`` (LoRA's ``lora_A``/``lora_B``).
 
     ``optimizer``: the optimizer of the training loop; adds ``frozen`` (it holds a parameter that does not
@@ -186,6 +199,8 @@ def gradient_flow(
     if not isinstance(model, nn.Module):
         raise GradvizError(f"gradient_flow expects an nn.Module, got {type(model).__name__}.")
     _check_flow_args(grads, graph, capture, lr, peer, trend, abs_vanishing, abs_exploding, adapter_patterns, optimizer)
+    if closure is not None:
+        function("closure", closure, "lambda: loss_fn(model(x), y)")
     not_meta("gv.gradient_flow", model)
     model = unwrap_compiled(model)  # torch.compile(model): the same parameters under their own names
     thresholds = Thresholds(lr, peer, trend, abs_vanishing, abs_exploding)
@@ -195,10 +210,12 @@ def gradient_flow(
     owners = {p.module for p in params}
     layers = [m for m in modules if m.path in owners]
     moved = moved_by_sgd(model, params, grads, scale)
-    flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture, moved)
-    flags = scale_hints(flags, model, params, thresholds, scaler, scale, graph)
+    tensors = {real_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
+    steps = layer_steps(params, tensors, optimizer)
+    loss_step = loss_stepper(model, params, tensors, steps, thresholds, closure, scale) if closure else None
+    flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture, moved, steps, loss_step)
+    flags = scale_hints(flags, model, params, thresholds, scaler, scale, graph, steps)
     if optimizer is not None:
-        tensors = {real_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
         flags += [Flag(*finding) for finding in optimizer_flags(params, tensors, optimizer)]
     return GradientFlow(params, modules, flags, thresholds, scale)
 
@@ -214,8 +231,8 @@ def _check_flow_args(grads: object, graph: object, capture: object, lr: object, 
         instance("graph", graph, AutogradGraph, "an AutogradGraph (gv.trace of the same loss) or None")
     if capture is not None:
         instance("capture", capture, Capture, "a Capture (gv.capture) or None")
-    finite_number("lr", lr, lo=0, lo_open=True, hint="It is the learning rate a usual SGD step would use.")
-    finite_number("peer", peer, lo=1, lo_open=True, hint="A layer this many times above every other one explodes.")
+    finite_number("lr", lr, lo=0, lo_open=True, hint="It is the SGD learning rate used without optimizer=.")
+    finite_number("peer", peer, lo=1, lo_open=True, hint="A layer this many times above every other one stands out.")
     finite_number("trend", trend, lo=1, lo_open=True, hint="A fall by this factor with depth is vanishing.")
     for name, limit in (("abs_vanishing", abs_vanishing), ("abs_exploding", abs_exploding)):
         if limit is not None:

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.layer_health import WEIGHT_FLOOR, LayerHealth, Thresholds, check_layers
+from gradviz_nb.analysis.layer_health import WEIGHT_FLOOR, LayerHealth, LossStep, Thresholds, check_layers
 from gradviz_nb.kinds import Kind, kinds_of
 from gradviz_nb.probes.flow_stats import ModuleStats, ParamStats, module_stats
 from gradviz_nb.probes.grad_scale import live_scaler, pending_scale
 from gradviz_nb.probes.no_grad import adapter_switch_reasons, no_grad_reason
+from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.probes.sharded import is_dtensor
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
 
@@ -59,12 +60,66 @@ def _depth_order(layers: list[ModuleStats], graph: AutogradGraph | None,
     return sorted(layers, key=lambda m: (first.get(m.path, math.inf), index[m.path]))
 
 
+ADAPTIVE = {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "Adagrad", "Adadelta", "RMSprop", "Rprop",
+            "Adafactor"}
+"""Optimizers whose step per element does not grow with the gradient (it is divided by a running magnitude)."""
+
+LayerStep = tuple[float, float | None, str]
+"""A layer's optimizer step: (learning rate, an adaptive optimizer's eps or None, the optimizer's class name)."""
+
+
+def layer_steps(params: list[ParamStats], tensors: Mapping[str, torch.Tensor],
+                optimizer: torch.optim.Optimizer | None) -> dict[str, LayerStep]:
+    """Layer path -> the step its optimizer takes: the largest ``lr`` over the param groups holding its
+    parameters (a layer in no group, or only with lr 0, is left out: nothing steps it)."""
+    if optimizer is None:
+        return {}
+    name = type(optimizer).__name__
+    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    out: dict[str, LayerStep] = {}
+    for ps in params:
+        group = group_of.get(id(tensors.get(ps.name)))
+        if group is None or not isinstance(lr := group.get("lr"), int | float) or not lr > 0:
+            continue
+        eps = float(group.get("eps", 1e-8) if name != "Rprop" else 0.0) if name in ADAPTIVE else None
+        if ps.module not in out or lr > out[ps.module][0]:
+            out[ps.module] = (float(lr), eps, name)
+    return out
+
+
+def loss_stepper(model: nn.Module, params: list[ParamStats], tensors: Mapping[str, torch.Tensor],
+                 steps: Mapping[str, LayerStep], t: Thresholds, closure: Callable[[], Any], scale: float) -> LossStep:
+    """``loss_step(layer)``: ``closure()`` (the user's loss, no backward) before and after stepping only that
+    layer as its optimizer's first step would (SGD: ``lr * g``; adaptive: ``lr * g / (|g| + eps)``), inside
+    the sandbox, which puts every value back. None for sparse or ``DTensor`` gradients."""
+
+    def loss_step(path: str) -> tuple[float, float] | None:
+        lr, eps, _ = steps.get(path, (t.lr, None, ""))
+        members = [tensors[ps.name] for ps in params if ps.module == path and ps.has_grad]
+        if any(w.grad is None or w.grad.is_sparse or is_dtensor(w) for w in members):
+            return None
+        with sandbox(model), torch.no_grad():
+            before = float(closure())
+            for w in members:
+                g = w.grad.detach() / scale  # type: ignore[union-attr]
+                w.sub_(lr * (g if eps is None else g / (g.abs() + eps)))
+            after = float(closure())
+        return before, after
+
+    return loss_step
+
+
 def _check_layers(layers: list[ModuleStats], t: Thresholds, skip: set[str],
-                  moved: Callable[[str], float | None] | None = None) -> list[Flag]:
-    """Vanishing / exploding layers (``layers`` in depth order); ``skip``: adapter layers for vanishing."""
-    health = [LayerHealth(m.path, m.norm, m.max_abs, m.weight_norm, m.numel, m.dtype) for m in layers
-              if m.n_with_grad and math.isfinite(m.norm)]
-    return [Flag(v.kind, v.path, v.reason) for v in check_layers(health, t, skip, moved)]
+                  moved: Callable[[str], float | None] | None = None,
+                  steps: Mapping[str, LayerStep] | None = None, loss_step: LossStep | None = None) -> list[Flag]:
+    """Vanishing / exploding layers (``layers`` in depth order); ``skip``: adapter layers for vanishing;
+    ``steps``: each layer's optimizer step (:func:`layer_steps`; a layer without one is judged at ``t.lr``);
+    ``loss_step``: :func:`loss_stepper`."""
+    steps = steps or {}
+    health = [LayerHealth(m.path, m.norm, m.max_abs, m.weight_norm, m.numel, m.dtype, *steps[m.path])
+              if m.path in steps else LayerHealth(m.path, m.norm, m.max_abs, m.weight_norm, m.numel, m.dtype)
+              for m in layers if m.n_with_grad and math.isfinite(m.norm)]
+    return [Flag(v.kind, v.path, v.reason) for v in check_layers(health, t, skip, moved, loss_step)]
 
 
 def moved_by_sgd(model: nn.Module, params: list[ParamStats], grads: Mapping[str, torch.Tensor | None] | None,
@@ -143,9 +198,11 @@ def check_flags(
     graph: AutogradGraph | None = None,
     capture: Capture | None = None,
     moved: Callable[[str], float | None] | None = None,
+    steps: Mapping[str, LayerStep] | None = None,
+    loss_step: LossStep | None = None,
 ) -> list[Flag]:
     """Every flag but ``stale-grad`` (which needs the previous step: :class:`gv.GradientMonitor`).
-    ``moved``: see :func:`gradviz_nb.analysis.layer_health.check_layers`."""
+    ``moved``: see :func:`gradviz_nb.analysis.layer_health.check_layers`; ``steps``: :func:`layer_steps`."""
     flags: list[Flag] = []
     reasons: dict[str, str] = {}
     any_grad = any(p.has_grad for p in params)
@@ -159,23 +216,24 @@ def check_flags(
     adapters = {n for names in adapter_groups([p.name for p in params], adapter_patterns).values() for n in names}
     adapter_layers = {p.module for p in params if p.name in adapters and not any(
         q.module == p.module and q.name not in adapters for q in params)}
-    flags += _check_layers(_depth_order(layers, graph, params), thresholds, adapter_layers, moved)
+    flags += _check_layers(_depth_order(layers, graph, params), thresholds, adapter_layers, moved, steps, loss_step)
     flags += _check_adapters(params, adapter_patterns, reasons, adapter_switch_reasons(model))
     return flags
 
 
 def _layer_kinds(model: nn.Module, params: list[ParamStats], t: Thresholds, factor: float,
-                 graph: AutogradGraph | None) -> dict[str, str]:
+                 graph: AutogradGraph | None, steps: Mapping[str, LayerStep] | None = None) -> dict[str, str]:
     """Layer path -> "vanishing" / "exploding" with every gradient statistic multiplied by ``factor``."""
     scaled = [replace(p, norm=p.norm * factor, max_abs=p.max_abs * factor, mean=p.mean * factor,
                       ratio=p.ratio * factor) for p in params]
     owners = {p.module for p in scaled}
     layers = [m for m in module_stats(model, scaled) if m.path in owners]
-    return {f.target: f.kind for f in _check_layers(_depth_order(layers, graph, scaled), t, set())}
+    return {f.target: f.kind for f in _check_layers(_depth_order(layers, graph, scaled), t, set(), steps=steps)}
 
 
 def scale_hints(flags: list[Flag], model: nn.Module, params: list[ParamStats], t: Thresholds, scaler: Any | None,
-                scale: float, graph: AutogradGraph | None = None) -> list[Flag]:
+                scale: float, graph: AutogradGraph | None = None,
+                steps: Mapping[str, LayerStep] | None = None) -> list[Flag]:
     """Say so when a GradScaler explains a verdict, instead of a bare "exploding" or "vanishing".
 
     Without ``scaler=``: exploding layers while a live, enabled ``torch.amp.GradScaler`` still holds an
@@ -189,7 +247,7 @@ def scale_hints(flags: list[Flag], model: nn.Module, params: list[ParamStats], t
         if found is None:
             return flags
         s = pending_scale(found)
-        still = _layer_kinds(model, params, t, 1 / s, graph)
+        still = _layer_kinds(model, params, t, 1 / s, graph, steps)
         hint = (f"; these gradients look scaled by a GradScaler: one is alive with scale {s:g} and has not unscaled "
                 "them yet (scaler.scale(loss).backward() multiplies every gradient by it)")
         return [replace(f, reason=f.reason + hint + (
@@ -199,7 +257,7 @@ def scale_hints(flags: list[Flag], model: nn.Module, params: list[ParamStats], t
             else f for f in flags]
     vanishing = [f for f in flags if f.kind == "vanishing"]
     if scaler is not None and scale != 1.0 and vanishing:
-        raw = _layer_kinds(model, params, t, scale, graph)
+        raw = _layer_kinds(model, params, t, scale, graph, steps)
         hint = (f"; only after dividing by the GradScaler's scale {scale:g} (scaler=): if scaler.step() or "
                 "scaler.unscale_() already ran on these gradients they are unscaled (after update() the scaler "
                 "cannot tell), and undivided this layer does not vanish. Read the flow between backward and "

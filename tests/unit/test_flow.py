@@ -104,21 +104,32 @@ def test_healthy_models_raise_no_flags() -> None:
     assert "nothing looks wrong" in gv.gradient_flow(chain).summary()
 
 
-def test_depth_trend_is_what_sgd_does() -> None:
-    """PyTorch's default Linear init shrinks a tanh chain's gradient layer by layer. The flagged layers are
-    the ones SGD really moves more than 10x less (relative to their size) than the top layers."""
+def test_a_depth_trend_alone_is_no_verdict_what_one_step_does_decides() -> None:
+    """PyTorch's default Linear init shrinks a tanh chain's gradient layer by layer: SGD moves the first layer
+    more than 10x less than the top, and it still learns, so no flag. At a learning rate where a million real
+    SGD steps would move a layer by less than 1% of its norm, that layer (and only it) is vanishing, with the
+    trend named as context."""
     torch.manual_seed(100)
     x = torch.randn(8, 16)
     chain = _mlp_chain(depth=8, xavier=False)
     chain(x).pow(2).mean().backward()
-    flow = gv.gradient_flow(chain)
-    flagged = _kinds(flow).get("vanishing", [])
-    assert set(_kinds(flow)) == {"vanishing"} and flagged[0] == "0", flow.summary()
-    assert all("falls steadily with depth" in f.reason for f in flow.flags)
+    assert gv.gradient_flow(chain).flags == []
     moves = relative_moves(_mlp_chain(depth=8, xavier=False), lambda m: m(x).pow(2).mean(), steps=20)
-    top = moves["14"]
-    assert all(top > 10 * moves[layer] for layer in flagged), moves
-    assert all(top < 10 * moves[layer] for layer in ("10", "12", "14")), moves
+    assert moves["14"] > 10 * moves["0"] > 0, moves  # the trend is real; the first layer moves anyway
+    lr = 5e-6
+    flow = gv.gradient_flow(chain, optimizer=torch.optim.SGD(chain.parameters(), lr=lr))
+    before = {n: p.detach().clone() for n, p in chain.named_parameters()}
+    torch.optim.SGD(chain.parameters(), lr=lr).step()  # the truth: one real step, measured
+    truth = set()
+    for layer in {n.rpartition(".")[0] for n in before}:
+        names = [n for n in before if n.rpartition(".")[0] == layer]
+        w0 = torch.cat([before[n].flatten() for n in names])
+        w1 = torch.cat([chain.get_parameter(n).detach().flatten() for n in names])
+        if (w1 - w0).norm() / w0.norm() * 1e6 < 0.01:
+            truth.add(layer)
+    assert 0 < len(truth) < 8, truth  # the rule splits the chain: the test can fail either way
+    assert _kinds(flow) == {"vanishing": sorted(truth, key=int)}, flow.summary()
+    assert all("at your lr 5e-06" in f.reason for f in flow.flags)
     # the same chain initialised for tanh: no trend, and SGD moves first and last layers alike
     chain = _mlp_chain(depth=8)
     chain(x).pow(2).mean().backward()

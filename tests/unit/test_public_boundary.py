@@ -215,7 +215,8 @@ TABLE: dict[str, list[Target]] = {
     "gradient_flow": [Target("gv.gradient_flow", plain(gv.gradient_flow, model=trained), {
         "grads": grads, "graph": none, "capture": none, "lr": number(0, above=True),
         "peer": number(1, above=True), "trend": number(1, above=True), "abs_vanishing": or_none(number(0)),
-        "abs_exploding": or_none(number(0)), "adapter_patterns": strings, "optimizer": none, "scaler": none}),
+        "abs_exploding": or_none(number(0)), "adapter_patterns": strings, "optimizer": none, "scaler": none,
+        "closure": none}),
         Target("gv.gradient_flow(model)", plain(gv.gradient_flow), {"model": never})],
     "doctor": [Target("gv.doctor", lambda tmp, **kw: doctor_call(**kw), {
         "step": never, "model": never, "optimizer": none, "steps": whole(1, 1000), "restore": boolean})],
