@@ -44,7 +44,7 @@ class _DropInput(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: object, h: torch.Tensor) -> torch.Tensor:
-        return h * 2
+        return h.clone()
 
     @staticmethod
     def backward(ctx: object, grad: torch.Tensor) -> None:
