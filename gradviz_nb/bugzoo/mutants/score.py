@@ -3,7 +3,8 @@
 A finding *covers* the parameters its target names: the parameter itself (or a tied alias), every
 parameter under a module path, or all of them for ``"(model)"``. A mutant is NAMED when every affected
 parameter is covered by a finding of one of its family's kinds, and no finding covers only unaffected
-parameters (something false said about a healthy parameter). A finding whose target names no parameter
+parameters (something false said about a healthy parameter; one whose fate step 1 cannot show, such as
+LoRA's A while B is zero, is neither). A finding whose target names no parameter
 (an op, a plain attribute such as a kept auxiliary loss) counts as false unless it is of the family's kind.
 """
 
@@ -57,7 +58,8 @@ def judge(fam: Family, truth: Truth, dx: Diagnosis) -> Score:
         params = covered(f.target, truth.universe, truth.aliases)
         if f.kind in fam.kinds:
             hits |= params
-        if (params and not params & truth.affected) or (not params and f.kind not in fam.kinds):
+        if (params and not params & truth.affected and not params <= truth.unknown) or (
+                not params and f.kind not in fam.kinds):
             false.append(f"[{f.kind}] {f.target}: {f.message}")
     missing = sorted(truth.affected - hits)
     lines = [f"[{f.kind}] {f.target}: {f.message}" for f in dx.findings] or ["nothing found"]

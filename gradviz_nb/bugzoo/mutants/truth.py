@@ -49,7 +49,7 @@ def _sites(host_name: str) -> list[Site]:
     return _SITES[host_name]
 
 
-def make(fam: Family, host_name: str, seed: int, mutate: bool) -> Built | None:
+def make(fam: Family | None, host_name: str, seed: int, mutate: bool) -> Built | None:
     """The host (``mutate=False``) or the mutant; ``None`` when the family has no site on this host."""
     sites = _sites(host_name)
     torch.manual_seed(TORCH_SEED)
@@ -58,10 +58,10 @@ def make(fam: Family, host_name: str, seed: int, mutate: bool) -> Built | None:
     names = dict(host.model.named_parameters())
     aliases = {alias: n for alias, p in host.model.named_parameters(remove_duplicate=False)
                for n, q in names.items() if p is q}
-    if fam.prepare is not None:
+    if fam is not None and fam.prepare is not None:
         fam.prepare(plan, Random(seed))
     site = ""
-    if mutate:
+    if mutate and fam is not None:
         done = fam.apply(plan, Random(seed), sites)
         if done is None:
             return None
@@ -125,12 +125,15 @@ def status(mut: tuple[Tensor | None, Tensor], host: tuple[Tensor | None, Tensor]
 @dataclass
 class Truth:
     """``statuses``: each parameter's status (after step 2 for a late family, else step 1);
-    ``affected``: those whose status is one of the family's effects; ``error``: the mutant's step raised."""
+    ``affected``: those whose status is one of the family's effects; ``unknown``: not affected, but their
+    gradient in the plain host is exactly zero at step 1 (LoRA's A while B is zero), so step 1 cannot
+    show what the mutation does to them; ``error``: the mutant's step raised."""
 
     site: str
     statuses: dict[str, str] = field(default_factory=dict)
     affected: set[str] = field(default_factory=set)
     universe: set[str] = field(default_factory=set)
+    unknown: set[str] = field(default_factory=set)
     aliases: dict[str, str] = field(default_factory=dict)
     error: str = ""
 
@@ -148,6 +151,15 @@ def _reference(fam: Family, host_name: str, seed: int) -> tuple[Record, list[Rec
     return _REFERENCES[key]
 
 
+def _zero_in_plain_host(host_name: str) -> set[str]:
+    plain = make(None, host_name, 0, False)
+    assert plain is not None
+    key = (host_name, "plain")
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _run(plain, 1)
+    return {n for n, (g, _) in _REFERENCES[key][1][0].items() if g is not None and bool(g.eq(0).all())}
+
+
 def measure(fam: Family, host_name: str, seed: int) -> Truth | None:
     """The mutant's truth against its host, or ``None`` when the family has no site on this host."""
     mutant = make(fam, host_name, seed, True)
@@ -161,10 +173,13 @@ def measure(fam: Family, host_name: str, seed: int) -> Truth | None:
         truth.error = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
         return truth
     at = 1 if fam.late else 0
+    blind = _zero_in_plain_host(host_name)
     for name in mut[at]:
         s = status(mut[at][name], host[at].get(name), start_m[name][1], start_h[name][1] if name in start_h else None)
         truth.statuses[name] = s
         truth.universe.add(name)
         if s in fam.effects:
             truth.affected.add(name)
+        elif name in blind:
+            truth.unknown.add(name)
     return truth

@@ -100,3 +100,23 @@ def test_doctor_names_mutants() -> None:
     assert saved == result.summary(), stale
     assert "Mutants named" in mutants_line()
     assert result.named >= 0.95 * len(result.results), "\n".join(misses[:40])
+
+
+def test_judge_needs_cover_of_the_right_kind_and_nothing_false() -> None:
+    from gradviz_nb.bugzoo.mutants.score import judge
+    from gradviz_nb.bugzoo.mutants.truth import Truth
+    from gradviz_nb.doctor import Diagnosis, Finding
+
+    fam = FAMILIES["detach"]
+    truth = Truth("a: out.detach()", affected={"a.w", "a.b"}, universe={"a.w", "a.b", "c.w", "lora.A"},
+                  unknown={"lora.A"})
+
+    def dx(*found: tuple[str, str]) -> Diagnosis:
+        return Diagnosis([Finding(k, t, "m", "e", "f") for k, t in found], 2, True)  # type: ignore[arg-type]
+
+    assert judge(fam, truth, dx(("detached", "a"))).named
+    assert not judge(fam, truth, dx(("detached", "a.w"))).named  # a.b not covered
+    assert not judge(fam, truth, dx(("no-grad", "a"))).named  # wrong kind
+    assert not judge(fam, truth, dx(("detached", "a"), ("vanishing", "c.w"))).named  # false on c.w
+    assert not judge(fam, truth, dx(("detached", "a"), ("not-a-parameter", "moe.aux"))).named  # names no parameter
+    assert judge(fam, truth, dx(("detached", "a"), ("detached", "lora.A"))).named  # step 1 cannot tell
