@@ -231,6 +231,11 @@ def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: S
     dead = _dead_input(graph, dist, events) if status == "zero" else None
     if dead is not None:
         e, node = dead
+        if e.kind == "zero-derivative":
+            return Cause(status, "zero-derivative", f"its layer's input is computed from {e.op} at {_place(e)}, "
+                         "whose outputs were all zero", f"measured in forward: all {e.shape} outputs of {e.op} were 0; "
+                         f"a weight's gradient is its input times the output's gradient, so {name}'s is zero",
+                         fix_for("zero-derivative"), node, e)
         return Cause(status, "saturated", f"its layer's input is computed from {e.op} at {_place(e)}, whose "
                      "outputs all sat in its flat region", f"measured in forward: {e.numbers['fraction']:.1%} of "
                      f"{e.op}'s {e.shape} outputs were saturated (a dead ReLU outputs zeros, a saturated sigmoid a "
@@ -249,8 +254,9 @@ def _dead_input(graph: AutogradGraph, dist: dict[str, int], events: Sequence[Evi
     constant), upstream of an op on the parameter's path without being on it: the layer's input."""
     seqs = {d.get("seq"): n for n, d in graph.nx.nodes(data=True) if d.get("kind") == "op"}
     for e in events:
-        node = seqs.get(e.seq) if e.kind == "saturated" else None
-        if node is not None and node not in dist and e.numbers.get("fraction", 0.0) >= 1.0 and \
+        node = seqs.get(e.seq) if e.kind in ("saturated", "zero-derivative") else None
+        full = e.numbers.get("fraction", 0.0) >= 1.0 or e.numbers.get("zeros", 0.0) >= 1.0
+        if node is not None and node not in dist and full and \
                 not dist.keys().isdisjoint(nx.descendants(graph.nx, node)):
             return e, node
     return None

@@ -82,7 +82,9 @@ class Evidence:
         if stats is None:
             return {}
         values = [float(v) for v in stats.tolist()] if isinstance(stats, torch.Tensor) else []
-        if self.kind == "saturated" and len(values) == 3 and values[2]:
+        if self.kind == "zero-derivative" and len(values) == 3 and values[2]:
+            out = {"zeros": values[0] / values[2]}
+        elif self.kind == "saturated" and len(values) == 3 and values[2]:
             out = {"fraction": values[0] / values[2], "derivative": values[1] / values[2]}
         elif self.kind == "hook" and len(values) == 2:
             out = {"grad_in": values[0], "grad_out": values[1]}

@@ -309,7 +309,11 @@ class ForwardObserver(TorchFunctionMode):
                             _stats=saturation_stats(func, out, args, kwargs or {}))
         elif watched == "zero-derivative":
             if isinstance(out, torch.Tensor) and _has_grad_fn(out):
-                self._evidence("zero-derivative", name, seq=_made_seq(out, before), shape=list(out.shape))
+                with torch.no_grad():  # share of exact zeros (an all-zero output starves the next layer's weight)
+                    stats = torch.stack([(out.detach() == 0).sum().float(), torch.zeros((), device=out.device),
+                                         torch.tensor(float(out.numel()), device=out.device)])
+                self._evidence("zero-derivative", name, seq=_made_seq(out, before), shape=list(out.shape),
+                               _stats=stats)
         elif watched == "compare" and grad_in and first is not None:
             self._evidence("zero-derivative", name, cut=self._cut_names(first), shape=list(first.shape))
         elif watched == "leave" and first is not None:
