@@ -539,6 +539,19 @@ def _lightning_callback(h: Host, f: Fault, _: Any, tmp: Path) -> None:
         cb.on_train_end(trainer, h.model)
 
 
+def _widget_checkpoint(h: Host, f: Fault, _: Any, __: Path) -> None:
+    """The checkpointing what-if's re-run: the first module call checkpointed for real, then put back."""
+    w = gv.GraphWidget.from_fn(h.loss, model=h.model)
+    try:
+        calls = [c["id"] for c in w.graph.calls if c["size"] > 0]
+        w.checkpoints = {calls[0]: "non_reentrant"} if calls else {}
+        with f.armed():
+            reply = w.answer({"id": 1, "kind": "checkpoint", "body": {}})
+        assert reply is not None
+    finally:
+        w.close()
+
+
 _NO_FLOAT_INPUT = "token ids in: gradcheck needs floating inputs (and a float64 GPT-2 is slow to check)"
 
 ENTRIES: dict[str, Entry] = {
@@ -564,6 +577,7 @@ ENTRIES: dict[str, Entry] = {
     "GraphWidget": Entry(_widget, ("GraphWidget",), _with_loss),
     "GraphWidget.from_fn": Entry(_from_fn, (), user_code=True),
     "GraphWidget actions (verify, load)": Entry(_widget_actions, (), user_code=True),
+    "GraphWidget.verify_checkpoint": Entry(_widget_checkpoint, (), user_code=True),
     "Dashboard": Entry(_dashboard, ("Dashboard",), _with_loss),
 }
 if _importable("transformers") and _importable("accelerate"):
