@@ -81,6 +81,9 @@ def test_marks_by_click_answer_as_python_within_50_ms(browser: Any, tmp_path: Pa
     summary = p.page.locator("[data-testid=gradviz-checkpoint-summary]").inner_text()
     assert summary.startswith("6 checkpointed: saved for backward")
     assert p.js("() => gv.hook.cy.$id('c:blocks.2').hasClass('ck-nonreentrant')")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)  # marks added by clicks, after the layout was drawn
+    p.js("() => { const cy = gv.hook.cy; cy.zoom(0.9); cy.center(cy.$id('c:blocks.4')); }")
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "checkpoint-clicked-1000.png"))
     assert not p.errors, p.errors
     print(f"checkpoint answer per click on GPT-2 124M: max {max(times):.1f} ms")
 
