@@ -8,7 +8,7 @@ import type { Decoration, Feature } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import type { Theme } from "../../view/theme";
 import { addClass } from "../../state/classes";
-import { createCheckpointButton, createCheckpointPanel } from "./panel";
+import { CHECKPOINT_CSS, createCheckpointButton, createCheckpointPanel } from "./panel";
 import { cycleMark, evaluate, formatBytes, hasTable, lostCause, normalizeMarks, sameMarks, summaryText, type CheckpointAnswer, type Marks } from "./state";
 
 export interface CheckpointHooks {
@@ -79,6 +79,7 @@ export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): 
 
   return {
     name: "checkpoint",
+    css: CHECKPOINT_CSS,
     styles: checkpointStyles,
     traits: {
       checkpoints() {

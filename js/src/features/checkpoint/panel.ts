@@ -6,6 +6,13 @@ import { formatBytes, sameMarks, type Marks } from "./state";
 export const CHECKPOINT_HINT =
   "Click a module box (or shift-click it in any mode): checkpoint non-reentrant → reentrant → off";
 
+/** The mode button pressed (teal: the non-reentrant border colour). */
+export const CHECKPOINT_CSS = `
+.gradviz-toolbar button.gradviz-checkpoint-toggle[aria-pressed="true"] {
+  background: #00796b; color: #fff; border-color: #00796b; font-weight: 600;
+}
+`;
+
 export interface CheckpointPanel {
   element: HTMLElement;
   update(opts: { visible: boolean; mode: boolean; summary: string; bad: boolean; marked: boolean; canVerify: boolean }): void;
