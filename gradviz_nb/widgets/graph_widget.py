@@ -14,6 +14,8 @@ from torch import nn
 from gradviz_nb.analysis.checkpointing import CheckpointPlan, checkpoint_what_if
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward import BackwardRecording
+from gradviz_nb.probes.breakpoints import Stop
 from gradviz_nb.probes.checkpoint_rerun import verify_checkpoint
 from gradviz_nb.probes.rerun import Rerunnable
 from gradviz_nb.tracing import Capture
@@ -253,6 +255,15 @@ class GraphWidget(anywidget.AnyWidget):
         self.verified = {"toggles": toggles, **result}
         verified: dict[str, Any] = self.verified
         return verified
+
+    def run_to(self, rec: BackwardRecording, rule: str = "", *, threshold: float | None = None, module: str = "",
+               leaf: str = "") -> Stop:
+        """Move the stepper where ``rec.find(rule, ...)`` stops (the page's "Run to" menu, from Python);
+        a breakpoint that never hits leaves the cursor where it is. Returns the :class:`Stop`."""
+        stop = rec.find(rule, threshold=threshold, module=module, leaf=leaf)
+        if stop.hit:
+            self.step = stop.index
+        return stop
 
     def checkpoint_what_if(self) -> CheckpointPlan:
         """Python's answer to the current :attr:`checkpoints` marks (the page computes the same, instantly)."""

@@ -7,7 +7,13 @@ A recording of over 2,000 steps makes sure the search is over a real length.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +21,14 @@ from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.breakpoints import Stop
+from gradviz_nb.widgets.page import graph as graph_payload
+from gradviz_nb.widgets.page.convert import recording as recording_payload
+from gradviz_nb.widgets.page.finite_json import finite_json
+
+ROOT = Path(__file__).resolve().parents[2]
+JS = ROOT / "js"
+ESBUILD = JS / "node_modules" / ".bin" / "esbuild"
 
 
 class Chain(nn.Module):
@@ -169,3 +183,90 @@ def test_bad_breakpoints_say_what_to_give() -> None:
     ):
         with pytest.raises(GradvizError, match=words):
             call()
+
+
+# --- the page's "Run to" rules (js/src/features/stepper/breakpoints.ts) agree with rec.find ---------------
+
+
+@pytest.fixture(scope="module")
+def run_to_cli(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("node") is None or not ESBUILD.exists():
+        why = "node or js/node_modules missing: cd js && npm ci"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("runto") / "breakpoints_cli.mjs"
+    subprocess.run([str(ESBUILD), "src/features/stepper/breakpoints_cli.ts", "--bundle", "--platform=node",
+                    "--format=esm", f"--outfile={out}", "--log-level=warning"], cwd=JS, check=True)
+    return out
+
+
+def page_stops(cli: Path, rec: gv.BackwardRecording, queries: list[tuple[str, str, float]]) -> dict[str, Any]:
+    """The page's stops for ``queries`` ((rule, target, threshold)) on the recording as the widget sends it."""
+    body = finite_json({"payload": graph_payload(rec.graph), "recording": recording_payload(rec), "queries": queries})
+    done = subprocess.run(["node", str(cli)], input=json.dumps(body, allow_nan=False), capture_output=True,
+                          text=True, check=True)
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def python_stop(rec: gv.BackwardRecording, rule: str, target: str, threshold: float) -> Stop:
+    if rule == "module":
+        return rec.find(module=target)
+    if rule == "leaf":
+        return rec.find(leaf=(rec.graph.nx.nodes[target].get("names") or [target])[0])
+    return rec.find(rule, threshold=threshold if rule == "above" else None)
+
+
+def recordings() -> list[tuple[str, gv.BackwardRecording]]:
+    faults = ("nan", "zero", "scale", "none")
+    out = [(fault, record(fault, depth=60, at=50 if fault != "zero" else 59)[1]) for fault in faults]
+    torch.manual_seed(0)
+    model = Blocks()
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(2, 4))
+    out.append(("blocks", gv.record_backward(loss, model=model, capture=cap)))
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    u = torch.where(torch.tensor([True, False]), a, torch.zeros(2))
+    out.append(("healed", gv.record_backward(torch.sqrt(u).sum(), names={"a": a})))
+    return out
+
+
+def test_page_run_to_stops_where_rec_find_stops(run_to_cli: Path) -> None:
+    checked = 0
+    for name, rec in recordings():
+        leaves = [n for n, d in rec.graph.nx.nodes(data=True) if d["kind"] == "leaf"]
+        calls = [c["id"] for c in rec.graph.calls]
+        norms = sorted(g.norm for s in rec.steps for g in s.grad_outputs if g is not None and math.isfinite(g.norm))
+        thresholds = [norms[len(norms) // 2], norms[-1] * 0.99, norms[-1] * 10] if norms else [1.0]
+        queries = [(r, "", 0.0) for r in ("nonfinite", "zero", "jump")] + [("above", "", t) for t in thresholds]
+        queries += [("module", c, 0.0) for c in calls] + [("leaf", leaf, 0.0) for leaf in leaves[:6]]
+        got = page_stops(run_to_cli, rec, queries)["stops"]
+        for (rule, target, threshold), page in zip(queries, got, strict=True):
+            want = python_stop(rec, rule, target, threshold)
+            assert (page["index"], page["node"]) == (want.index, want.node), (name, rule, target, page, want)
+            assert page["text"] == want.text, (name, rule, target)
+            assert page["last"] == (want.last.index if want.last is not None else -1), (name, rule, target)
+            assert page["healed"] == [s.index for s in want.healed], (name, rule)
+            checked += 1
+    assert checked >= 40
+
+
+def test_page_run_to_agrees_on_a_recording_of_over_2000_steps(run_to_cli: Path) -> None:
+    _, rec = record("nan")
+    assert len(rec.steps) >= 2000
+    got = page_stops(run_to_cli, rec, [("nonfinite", "", 0.0), ("jump", "", 0.0)])["stops"]
+    want = [rec.find(r) for r in ("nonfinite", "jump")]
+    assert [(s["index"], s["text"]) for s in got] == [(w.index, w.text) for w in want]
+
+
+def test_widget_run_to_moves_the_stepper_and_leaves_it_when_never_hit() -> None:
+    _, rec = record("nan", depth=20, at=10)
+    w = gv.GraphWidget(rec)
+    stop = w.run_to(rec, "nonfinite")
+    assert stop.hit and w.step == stop.index == rec.find("nonfinite").index
+    clean = record("none", depth=5, at=-1)[1]
+    w = gv.GraphWidget(clean)
+    w.step = 3
+    never = w.run_to(clean, "nonfinite")
+    assert not never.hit and w.step == 3 and "never hit" in never.text

@@ -2,11 +2,13 @@
 // wires them to the model, the panel and the timer): what a key does, what a click moves to, when
 // playing stops, the panel's facts, the legend, the hover text and the decoration handed to the paint.
 import type { Decoration, LegendSpec } from "../../core/feature";
+import type { ModuleCall } from "../../payload";
 import { splitFill } from "../../state/classes";
 import { fmt } from "../../state/numbers";
 import type { VisibleGraph } from "../../state/quotient";
 import { HEAT_ZERO, MARK } from "../../view/style";
 import type { StepperState } from "./panel";
+import { runTo, type RunRule, type RunStop } from "./breakpoints";
 import {
   clampCursor,
   firstNonfinite,
@@ -29,10 +31,12 @@ export interface StepperModel {
   byModule: boolean;
   lastMs: number;
   flowEdges: string[];
+  /** The last "Run to" stop (null before any; cleared with a new recording). */
+  runStop: RunStop | null;
 }
 
 export function initialStepper(): StepperModel {
-  return { rix: null, cursor: -1, sv: null, playing: false, speed: 2, byModule: false, lastMs: 0, flowEdges: [] };
+  return { rix: null, cursor: -1, sv: null, playing: false, speed: 2, byModule: false, lastMs: 0, flowEdges: [], runStop: null };
 }
 
 /** The parts of a key press a key binding looks at (a KeyboardEvent has them). */
@@ -91,7 +95,22 @@ export function panelFacts(m: StepperModel, hasBoxes: boolean): StepperState | n
     pending: pendingLeaves(rix, sv),
     boxes: hasBoxes,
     firstNonfinite: firstNonfinite(rix.steps),
+    runText: m.runStop ? `Run to ${m.runStop.rule}: ${m.runStop.text}` : "",
   };
+}
+
+/** Where "Run to" `rule` stops (kept in `m.runStop`); the module and leaf rules take the selection
+ *  (`selected`: a call id or a leaf's node id). */
+export function runToStop(m: StepperModel, rule: RunRule, calls: ModuleCall[], selected: string, threshold: number): RunStop | null {
+  if (!m.rix) return null;
+  const src = { steps: m.rix.steps, nodes: m.rix.nodes, calls, passes: m.rix.passes };
+  const sel = selected.startsWith("call:") ? selected.slice(5) : selected;
+  if ((rule === "module" || rule === "leaf") && !sel) {
+    m.runStop = { rule, index: -1, node: "", text: `never hit: select a ${rule === "module" ? "module box" : "leaf"} first`, last: -1, healed: [] };
+  } else if (rule === "above" && !(Number.isFinite(threshold) && threshold >= 0)) {
+    m.runStop = { rule, index: -1, node: "", text: "never hit: give a finite threshold >= 0", last: -1, healed: [] };
+  } else m.runStop = runTo(src, rule, sel, threshold);
+  return m.runStop;
 }
 
 /** The received-gradient legend: the recording's norm range and the marks the stepper draws. */

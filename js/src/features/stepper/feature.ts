@@ -15,6 +15,7 @@ import {
   initialStepper,
   keyAction,
   panelFacts,
+  runToStop,
   stepInfo,
   stepperDecoration,
   stepperLegend,
@@ -22,6 +23,7 @@ import {
   stepTooltip,
 } from "./control";
 import { createStepper } from "./panel";
+import type { RunRule } from "./breakpoints";
 import { clampCursor, firstNonfinite, indexRecording, INTRO, normalizeRecording, passCursor, reserveLines, stepDetails, stepView } from "./state";
 
 export interface StepperHooks {
@@ -61,6 +63,7 @@ class StepperRun {
       setPass: (p) => st.rix && this.seek(passCursor(st.rix, p), true),
       setByModule: (on) => this.setByModule(on),
       firstNonfinite: () => st.rix && this.seek(firstNonfinite(st.rix.steps), true),
+      runTo: (rule, threshold) => this.runTo(rule, threshold),
     });
     slots.top.append(this.panel.element);
     slots.body.append(this.panel.details);
@@ -106,6 +109,13 @@ class StepperRun {
     core.root.dataset.stepMs = st.lastMs.toFixed(1);
   }
 
+  /** "Run to": seek the rule's stop (a stop that never hits leaves the cursor and says so). */
+  runTo(rule: RunRule, threshold: number): void {
+    const stop = runToStop(this.st, rule, this.core.payload.calls, String(this.core.model.get("selected") || ""), threshold);
+    if (stop && stop.index >= 0) this.seek(stop.index, true);
+    this.updatePanel();
+  }
+
   userStep(dir: 1 | -1): void {
     const to = stepTarget(this.st, dir, this.repOf);
     if (to !== null) this.seek(to, true);
@@ -137,6 +147,7 @@ class StepperRun {
     const rec = normalizeRecording(core.model.get("recording"));
     this.setPlaying(false);
     st.rix = rec ? indexRecording(rec, core.payload) : null;
+    st.runStop = null;
     st.cursor = cursorFrom(st, core.model.get("step"));
     core.body.classList.toggle("gradviz-with-side", !!st.rix);
     core.view.resize();

@@ -1,6 +1,7 @@
 // The backward stepper's controls (step, back, play/pause, speed, scrubber, pass, by-module), its
 // position line, and the details of the current step. Text only, never HTML.
 import type { StepDetails } from "./state";
+import type { RunRule } from "./breakpoints";
 import { h, setText } from "../../panels/dom";
 
 export interface StepperActions {
@@ -13,6 +14,8 @@ export interface StepperActions {
   setByModule(on: boolean): void;
   /** Go to the first step that sent a NaN/Inf gradient. */
   firstNonfinite(): void;
+  /** "Run to": go where a breakpoint rule stops ("above" with its threshold). */
+  runTo(rule: RunRule, threshold: number): void;
 }
 
 export interface StepperState {
@@ -26,6 +29,8 @@ export interface StepperState {
   boxes: boolean;
   /** Global index of the first NaN/Inf step (-1: every gradient finite; the button hides). */
   firstNonfinite: number;
+  /** The last "Run to" stop's rule text with its numbers ("" before any). */
+  runText: string;
 }
 
 export interface StepperPanel {
@@ -37,6 +42,16 @@ export interface StepperPanel {
 }
 
 export const SPEEDS = [0.5, 1, 2, 4, 8];
+
+/** The "Run to" menu: rule -> label (the module and leaf rules use the current selection). */
+export const RUN_LABELS: [RunRule, string][] = [
+  ["nonfinite", "first NaN/Inf (where born)"],
+  ["zero", "first exact zero sent"],
+  ["above", "first norm above…"],
+  ["jump", "largest jump in norm"],
+  ["module", "selected box: first step"],
+  ["leaf", "selected leaf: first delivery"],
+];
 
 // Inline SVG icons: the font of a stock headless Chromium (and some machines) lacks ⏸ and ⇤, which
 // then show as "▯"; a path needs no font. 16x16 view box, drawn in the button's text colour.
@@ -70,6 +85,23 @@ export function icon(name: IconName): SVGSVGElement {
 /** Put an icon and an optional word into a button. */
 function setIcon(b: HTMLButtonElement, name: IconName, word: string): void {
   b.replaceChildren(icon(name), ...(word ? [h("span", {}, word)] : []));
+}
+
+/** The "Run to" menu and the threshold box the "above" rule reads (shown only for it). */
+function runToControls(actions: StepperActions): [HTMLSelectElement, HTMLInputElement] {
+  const menu = h("select", { "data-testid": "gradviz-step-runto", title: "Run to: jump to where a breakpoint rule stops" });
+  menu.append(h("option", { value: "" }, "Run to…"), ...RUN_LABELS.map(([r, label]) => h("option", { value: r }, label)));
+  const threshold = h("input", { type: "number", value: "1", step: "any", min: "0", "data-testid": "gradviz-step-threshold", title: "Gradient norm to stop above", "aria-label": "Norm threshold" });
+  threshold.style.width = "6em";
+  threshold.hidden = true;
+  const run = (): void => {
+    const rule = menu.value as RunRule | "";
+    threshold.hidden = rule !== "above";
+    if (rule) actions.runTo(rule, Number(threshold.value));
+  };
+  menu.addEventListener("change", run);
+  threshold.addEventListener("change", run);
+  return [menu, threshold];
 }
 
 export function createStepper(actions: StepperActions): StepperPanel {
@@ -115,8 +147,10 @@ export function createStepper(actions: StepperActions): StepperPanel {
   const nanJump = button("⚠ first NaN/Inf", "gradviz-step-nonfinite", "Go to the first node that sent a NaN or Inf gradient", () => actions.firstNonfinite());
   nanJump.classList.add("gradviz-step-nonfinite");
   nanJump.hidden = true;
-  const controls = h("div", { class: "gradviz-step-controls" }, start, back, play, fwd, speed, scrubber, pass, byModuleLabel, nanJump);
-  const info = h("div", { class: "gradviz-step-info" }, position, pending);
+  const [runMenu, threshold] = runToControls(actions);
+  const runText = h("div", { class: "gradviz-step-runtext", "data-testid": "gradviz-step-runtext", role: "status" });
+  const controls = h("div", { class: "gradviz-step-controls" }, start, back, play, fwd, speed, scrubber, pass, byModuleLabel, nanJump, runMenu, threshold);
+  const info = h("div", { class: "gradviz-step-info" }, position, pending, runText);
   const element = h("div", { class: "gradviz-stepper", "data-testid": "gradviz-stepper" }, controls, info);
   element.hidden = true;
 
@@ -153,6 +187,8 @@ export function createStepper(actions: StepperActions): StepperPanel {
       nanJump.disabled = s.cursor === s.firstNonfinite;
       setText(position, s.position);
       setText(pending, s.pending.join(" · "));
+      setText(runText, s.runText);
+      runText.hidden = !s.runText;
     },
     showDetails(d) {
       if (!d) {

@@ -151,3 +151,14 @@ test("firstNonfinite: where a NaN/Inf gradient is born in backward, else -1", ()
   const fromRoot = steps.map((s) => ({ ...s, received: s.received.map((g) => (g ? nan : g)) }));
   assert.equal(firstNonfinite(fromRoot), 0); // NaN seeded at the root: the first step that touched it
 });
+
+test("Run to texts format numbers as Python's '.4g' does, ties to even included", async () => {
+  const { g4 } = await import("./breakpoints");
+  // Python: [format(x, ".4g") for x in these]
+  const cases: [number, string][] = [
+    [1234.5, "1234"], [1235.5, "1236"], [12345.6, "1.235e+04"], [0.00012345, "0.0001234"], [1.5e-5, "1.5e-05"],
+    [1e6, "1e+06"], [3, "3"], [0.1, "0.1"], [2.5e-10, "2.5e-10"], [99999, "1e+05"], [-0.5, "-0.5"], [12.125, "12.12"],
+    [NaN, "nan"], [Infinity, "inf"],
+  ];
+  for (const [x, want] of cases) assert.equal(g4(x), want, String(x));
+});
