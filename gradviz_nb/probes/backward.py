@@ -20,6 +20,7 @@ from torch import nn
 
 from gradviz_nb.analysis.derivatives import explain
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward_armed import Armed, armed_check
 from gradviz_nb.probes.backward_stats import SAME_ELEMENTS, SMALL, GradStats, Pending, Tracker, resolve
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched
@@ -94,6 +95,7 @@ class BackwardRecording:
         # whose backward PyTorch runs inside one opaque node -> what arrived there (None: not kept).
         self._hidden_grads: list[dict[str, torch.Tensor | None]] = []
         self._hidden_names: set[str] = set()  # every such parameter name the recording watched
+        self.armed: Armed | None = None  # record_backward(until=...): what the armed pass checked
 
     def leaf_grad(self, name: str, pass_index: int = -1) -> torch.Tensor:
         """The gradient a leaf (by name or id) received in one pass (default: the last).
@@ -197,6 +199,7 @@ def record_backward(
     keep_leaf_values: bool = True,
     into: BackwardRecording | None = None,
     grad: torch.Tensor | None = None,
+    until: str | None = None,
 ) -> BackwardRecording:
     """Run the real ``loss.backward()`` with hooks on every node and record it step by step.
 
@@ -206,6 +209,8 @@ def record_backward(
     ``into`` appends this pass to an earlier recording of the same graph structure (a training loop).
     ``grad``: the gradient of a non-scalar ``loss`` (as in ``loss.backward(grad)``).
     Parameters the graph cannot show (inside a reentrant checkpoint) are recorded too: ``leaf_grad``.
+    ``until="nonfinite"`` arms it: the backward runs with only a cheap finiteness check per gradient, and
+    is recorded in full only when a NaN/Inf appeared (else no steps; ``rec.armed`` says what was checked).
 
     Example::
 
@@ -214,6 +219,16 @@ def record_backward(
             print(step.op, [g.norm for g in step.grad_inputs if g])
     """
     _check_args(loss, grad, accumulate, keep_values, keep_leaf_values, into, model)
+    armed: Armed | None = None
+    if until is not None:
+        if into is not None or accumulate:
+            raise GradvizError("record_backward(until=...) records one pass that changes no .grad: drop into= "
+                               "and accumulate=True.")
+        armed, checked = armed_check(loss, model, capture, names, grad, until)
+        if not armed.hit:
+            quiet = BackwardRecording(checked)
+            quiet.armed = armed
+            return quiet
     graph, nodes = trace_with_nodes(loss, model, capture, names)
     rec = into if into is not None else BackwardRecording(graph)
     if into is not None and _signature(into.graph) != _signature(graph):
@@ -236,6 +251,7 @@ def record_backward(
             h.remove()
         del nodes, handles  # drop every autograd Node reference
     run.finish()
+    rec.armed = armed if armed is not None else rec.armed
     return rec
 
 

@@ -19,7 +19,8 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.calltree import CallTree
 
 if TYPE_CHECKING:
-    from gradviz_nb.probes.backward import BackwardRecording, GradStats, Step
+    from gradviz_nb.probes.backward import BackwardRecording, Step
+    from gradviz_nb.probes.backward_stats import GradStats
 
 __all__ = ["RULES", "Stop", "find"]
 
@@ -97,6 +98,9 @@ def first_nonfinite(rec: BackwardRecording) -> Stop:
             first = s
         if got and not sent and any(g is not None for g in s.grad_inputs):
             healed.append(s)
+    if first is None and rec.armed is not None and not rec.steps:
+        return Stop("nonfinite", None, f"never hit: the armed backward checked all {rec.armed.steps} steps and "
+                                       "every gradient was finite (nothing recorded)")
     if first is None:
         return Stop("nonfinite", None, f"never hit: all {len(rec.steps)} recorded steps received and sent only "
                                        "finite gradients")

@@ -1,0 +1,101 @@
+"""An armed backward recording: a plain backward that only checks, and the full record once the check fires.
+
+``gv.record_backward(loss, until="nonfinite")`` first runs the real backward with one cheap check per
+gradient (``isfinite(g).all()``, kept on the device, one sync at the end) instead of full statistics. When
+every gradient was finite it returns a recording with no steps that says how many it checked; when one
+was not, it records that backward again in full (the graph was kept), so the stepper and ``rec.find``
+see everything around the first NaN/Inf. Only gradients a node *sent* are checked, plus what arrives in
+a buffer fed by several producers (a sum of finite values can overflow); a one-slot buffer holds exactly
+what its producer sent, already checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradviz_nb.errors import GradvizError
+from gradviz_nb.tracing import Capture
+from gradviz_nb.tracing.graph import AutogradGraph
+from gradviz_nb.tracing.trace import trace_with_nodes
+
+__all__ = ["UNTIL", "Armed", "armed_check"]
+
+UNTIL = ("nonfinite",)
+
+
+@dataclass(frozen=True)
+class Armed:
+    """What the armed pass checked: the rule, how many engine steps ran, and the first step (engine
+    order) where it fired (-1: never)."""
+
+    until: str
+    steps: int
+    first: int
+
+    @property
+    def hit(self) -> bool:
+        return self.first >= 0
+
+
+def _flags(grads: tuple[Any, ...], into: list[torch.Tensor]) -> None:
+    for g in grads:
+        if isinstance(g, torch.Tensor) and g.is_floating_point():
+            into.append(torch.isfinite(g).all())
+
+
+def armed_check(loss: torch.Tensor, model: nn.Module | None, capture: Capture | None,
+                names: Mapping[str, torch.Tensor] | None, grad: torch.Tensor | None,
+                until: str) -> tuple[Armed, AutogradGraph]:
+    """Run ``loss.backward`` (graph kept, ``.grad`` of every leaf put back as it was) with the cheap check
+    of ``until`` on every step."""
+    if until not in UNTIL:
+        raise GradvizError(f"record_backward(until={until!r}): give one of {', '.join(map(repr, UNTIL))}.")
+    graph, nodes = trace_with_nodes(loss, model, capture, names)
+    slots: dict[Any, int] = {}
+    for fn in nodes:
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                slots[nxt] = slots.get(nxt, 0) + 1
+    flags: list[torch.Tensor] = []
+    step_of: list[int] = []  # flag -> engine step
+    order: list[Any] = []
+
+    def pre(fn: Any) -> Callable[[tuple[Any, ...]], None]:
+        many = slots.get(fn, 0) != 1  # the root's buffer and sums of several producers
+
+        def hook(grad_outputs: tuple[Any, ...]) -> None:
+            order.append(fn)
+            if many:
+                n = len(flags)
+                _flags(grad_outputs, flags)
+                step_of.extend([len(order) - 1] * (len(flags) - n))
+        return hook
+
+    def post(grad_inputs: tuple[Any, ...], _: tuple[Any, ...]) -> None:
+        n = len(flags)
+        _flags(grad_inputs, flags)
+        step_of.extend([len(order) - 1] * (len(flags) - n))
+
+    leaves = [fn.variable for fn in nodes if hasattr(fn, "variable")]
+    saved = [t.grad for t in leaves]
+    handles = [h for fn in nodes for h in (fn.register_prehook(pre(fn)), fn.register_hook(post))]
+    try:
+        for t in leaves:
+            t.grad = None
+        loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
+    finally:
+        for h in handles:
+            h.remove()
+        for t, g in zip(leaves, saved, strict=True):
+            t.grad = g
+        del nodes, handles
+    if not flags:
+        return Armed(until, len(order), -1), graph
+    ok = torch.stack([f.cpu() for f in flags]) if len({f.device for f in flags}) > 1 else torch.stack(flags)
+    bad = (~ok).nonzero()
+    return Armed(until, len(order), step_of[int(bad[0])] if len(bad) else -1), graph
