@@ -31,7 +31,6 @@ from gradviz_nb.tracing.capture import recent_evidence
 from gradviz_nb.tracing.evidence import Evidence
 
 if TYPE_CHECKING:
-    from gradviz_nb.doctor.findings import Diagnosis
     from gradviz_nb.doctor.why_prove import Proof
 
 __all__ = ["Why", "remember", "why"]
@@ -163,9 +162,7 @@ def why(source: Any, name: str, *, fn: Callable[[], Any] | None = None, capture:
         raise GradvizError(f"fn must be a function returning the loss, got {type(fn).__name__}.")
     if capture is not None and not isinstance(capture, Capture):
         raise GradvizError(f"capture must be a gv.Capture (from gv.capture(model)), got {type(capture).__name__}.")
-    from gradviz_nb.doctor.findings import Diagnosis
-
-    if isinstance(source, Diagnosis):
+    if _is_diagnosis(source):  # by shape: doctor.findings imports this module for Diagnosis.why
         return _from_diagnosis(source, name)
     if isinstance(source, AutogradGraph):
         _known(name, _graph_params(source), None)
@@ -204,7 +201,12 @@ def _known(name: str, known: list[str], model: nn.Module | None) -> None:
     raise GradvizError(f"no parameter named {name!r} (not a leaf of the graph, nor a parameter of its model){hint}")
 
 
-def _from_diagnosis(dx: Diagnosis, name: str) -> Why:
+def _is_diagnosis(source: Any) -> bool:
+    return type(source).__name__ == "Diagnosis" and all(
+        hasattr(source, a) for a in ("findings", "graph", "steps", "restored"))
+
+
+def _from_diagnosis(dx: Any, name: str) -> Why:
     known = _REMEMBERED.get(dx.graph, {}) if dx.graph is not None else {}
     if name in known:
         return known[name]
