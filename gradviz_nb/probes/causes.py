@@ -379,9 +379,9 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
         cut = first_cut(events, [name])
         if cut is not None:
             return cut_cause(status, name, cut, events)
-        if unused:
-            kind: Kind = "no-grad" if "no autograd node" in unused else "unused-parameter"
-            return Cause(status, kind, unused, f"{measured}; no recorded cut touches {name}", fix_for(kind))
+        if unused:  # a use under no_grad would be a recorded cut above: the module ran without using it
+            return Cause(status, "unused-parameter", unused, f"{measured}; no recorded cut touches {name}",
+                         fix_for("unused-parameter"))
         where = "gv.capture recorded no cut (detach, .data, a value leaving the graph, no_grad) on its path" \
             if events else "the forward was not captured, so cuts were not recorded (run it under gv.capture)"
         return Cause(status, "unused-parameter", f"{name} is not in the graph of the loss",
