@@ -380,6 +380,10 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
         if cut is not None:
             return cut_cause(status, name, cut, events)
         if unused:  # a use under no_grad would be a recorded cut above: the module ran without using it
+            if "made no autograd node" in unused and events:
+                module = name.rsplit(".", 1)[0]
+                unused = (f"its module {module!r} ran but made no autograd node, and gv.capture saw no use of {name} "
+                          "under no_grad: that forward did not use it")
             return Cause(status, "unused-parameter", unused, f"{measured}; no recorded cut touches {name}",
                          fix_for("unused-parameter"))
         where = "gv.capture recorded no cut (detach, .data, a value leaving the graph, no_grad) on its path" \
