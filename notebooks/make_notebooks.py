@@ -567,6 +567,22 @@ forward `log` in `head` (PyTorch's anomaly mode would point at a backward node, 
 graph, the findings are listed above it: click one to open the boxes around it and centre on it."""),
     ("code", """w = gv.GraphWidget(dx, height=480)
 w"""),
+    ("md", """Where does that NaN/Inf enter the backward pass? Record one backward *armed*:
+`until="nonfinite"` runs the plain backward with one finiteness check per gradient and records it in full
+only because a check fired. In the stepper, pick **Run to → first NaN/Inf (where born)**: one click frames
+the node that first received finite gradients and sent NaN/Inf, and prints the rule with PyTorch's numbers.
+`w.run_to(rec, "nonfinite")` is the same click from Python. Here it stops on `PowBackward0`, the squared
+error: it received a finite gradient and sent -inf, because its forward input was already -inf, made by the
+`log` in `head` that the doctor named."""),
+    ("code", """with gv.capture(model) as cap:
+    loss = (model(x) - y).pow(2).mean()
+rec = gv.record_backward(loss, model=model, capture=cap, until="nonfinite")
+rw = gv.GraphWidget(rec, height=420)
+stop = rw.run_to(rec, "nonfinite")
+print(rec.armed)
+print(stop)
+assert rw.step == stop.index >= 0
+rw"""),
     ("md", """Fix the worst first: the NaN. An epsilon inside the log."""),
     ("code", """model.head.eps = 1e-3
 dx = gv.doctor(step, model, opt)
