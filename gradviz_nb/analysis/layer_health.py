@@ -13,7 +13,7 @@ when it is known (its param group's ``lr``; an adaptive optimizer such as Adam m
   weights by less than the dtype's resolution (ratio below ``finfo.eps``: 1.2e-7 in float32, 7.8e-3 in
   bfloat16) and, when the caller can check it on the tensors (``moved``), such a step really changes
   fewer than 1% of the layer's values once rounded to their dtype; or a million steps like the one above
-  would move the weights by less than 1% of their norm (:data:`HORIZON_STEPS`, :data:`HORIZON_MOVE`; at a
+  would move the weights by less than 10% of their norm (:data:`HORIZON_STEPS`, :data:`HORIZON_MOVE`; at a
   guessed learning rate only where the ratio also falls steadily with depth: Spearman rank correlation
   >= 0.9 over at least 6 layers, more than ``trend`` x); or the norm is under the user's ``abs_vanishing``.
   The trend and a layer standing out above are context in the reason, never a verdict by themselves: a
@@ -41,7 +41,7 @@ MIN_TREND_LAYERS = 6
 MIN_TREND_CORRELATION = 0.9
 MOVE_FLOOR = 0.01  # a layer an SGD step at lr 1 changes in at least this fraction of its values can learn
 HORIZON_STEPS = 1_000_000  # a long training run, in optimizer steps
-HORIZON_MOVE = 0.01  # weights that HORIZON_STEPS steps move by less than this fraction of their norm do not learn
+HORIZON_MOVE = 0.1  # weights that HORIZON_STEPS steps move by less than this fraction of their norm barely learn
 
 
 @dataclass(frozen=True)
@@ -155,23 +155,26 @@ def _beyond_horizon(layer: LayerHealth, t: Thresholds, on_trend: bool) -> str:
     if move * HORIZON_STEPS >= HORIZON_MOVE or (layer.lr is None and not on_trend):
         return ""
     return (f"gradient/weight ratio {_ratio(layer):.3g}: {how} moves these weights by {move:.3g} of their norm, so "
-            f"{HORIZON_STEPS:,} such steps would move them by {move * HORIZON_STEPS:.3g} of it: they do not learn")
+            f"{HORIZON_STEPS:,} such steps would move them by {move * HORIZON_STEPS:.3g} of it: they barely learn")
 
 
-def _below_resolution(layer: LayerHealth, moved: Callable[[str], float | None] | None) -> str:
+def _below_resolution(layer: LayerHealth, t: Thresholds, moved: Callable[[str], float | None] | None) -> str:
+    """Under the dtype's resolution: the step (at the optimizer's lr when known, else SGD at lr 1) changes the
+    weights by less than ``finfo.eps`` of their norm, and ``moved`` confirms it on the values themselves."""
     ratio = _ratio(layer)
     eps = _finfo(layer.dtype).eps
-    if ratio >= eps:
+    move, how = step_move(layer, t) if layer.lr is not None else (ratio, "an SGD step even at lr 1")
+    if move >= eps:
         return ""
     # The ratio is a norm: some values (small weights, zero biases) may still move. Ask the tensors.
     frac = moved(layer.path) if moved is not None else None
     if frac is None:
-        return (f"gradient/weight ratio {ratio:.3g}: an SGD step even at lr 1 would change these weights by less "
-                f"than {layer.dtype}'s resolution ({eps:.2g}), so they cannot learn")
+        return (f"gradient/weight ratio {ratio:.3g}: {how} would change these weights by less than {layer.dtype}'s "
+                f"resolution ({eps:.2g}), so they cannot learn")
     if frac >= MOVE_FLOOR:
         return ""
-    return (f"gradient/weight ratio {ratio:.3g} is under {layer.dtype}'s resolution ({eps:.2g}): an SGD step even at "
-            f"lr 1 would change {frac:.2%} of these values once rounded to {layer.dtype}, so they cannot learn")
+    return (f"gradient/weight ratio {ratio:.3g} is under {layer.dtype}'s resolution ({eps:.2g}): {how} would change "
+            f"{frac:.2%} of these values once rounded to {layer.dtype}, so they cannot learn")
 
 
 def _trend(layers: Sequence[LayerHealth], t: Thresholds) -> dict[str, str]:
@@ -221,9 +224,9 @@ def check_layers(layers: Sequence[LayerHealth], t: Thresholds, skip_vanishing: s
                  loss_step: LossStep | None = None) -> list[LayerVerdict]:
     """Vanishing / exploding verdicts for ``layers`` (depth order, inputs first; finite norms only).
 
-    ``moved(path)``: the fraction of the layer's values one SGD step at lr 1 really changes in their dtype
-    (None: unknown); asked only for layers whose ratio is under their dtype's resolution. ``loss_step(path)``
-    (:data:`LossStep`): asked only for layers standing out ``peer`` x above every other one."""
+    ``moved(path)``: the fraction of the layer's values one step really changes in their dtype (the layer's
+    optimizer step when known, else SGD at lr 1; None: unknown); asked only for steps under the resolution.
+    ``loss_step(path)`` (:data:`LossStep`): asked only for layers standing out ``peer`` x above every other one."""
     out: list[LayerVerdict] = []
     trend = _trend([m for m in layers if m.path not in skip_vanishing], t)
     exploding = {i: _exploding(m, t, loss_step if _stands_out(layers, i, t) else None) for i, m in enumerate(layers)}
@@ -238,7 +241,7 @@ def check_layers(layers: Sequence[LayerHealth], t: Thresholds, skip_vanishing: s
         if m.norm == 0:
             why = "gradient is exactly zero (underflow, a dead activation or a zero multiplier on the path)"
         else:
-            why = _below_resolution(m, moved) or _beyond_horizon(m, t, m.path in trend)
+            why = _below_resolution(m, t, moved) or _beyond_horizon(m, t, m.path in trend)
             if not why and t.abs_vanishing is not None and m.norm < t.abs_vanishing:
                 why = f"gradient norm {m.norm:.3g} is below the absolute limit {t.abs_vanishing:g}"
             if why:

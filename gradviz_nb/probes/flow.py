@@ -169,7 +169,7 @@ def gradient_flow(
     ``lr``. Exploding: that step would move a layer by more than its own norm, an element is within 100x of
     its dtype's maximum, or (``closure``) stepping a layer that stands out ``peer`` x above every other one
     raises the loss. Vanishing: an exact zero, a step even at lr 1 lost to the dtype's resolution, or a
-    million such steps moving the layer by under 1% of its norm (at ``lr``, only where the ratio also falls
+    million such steps moving the layer by under 10% of its norm (at ``lr``, only where the ratio also falls
     steadily with depth by more than ``trend`` x). ``abs_vanishing``/``abs_exploding``: optional absolute
     norm limits. ``closure``: the loss without backward (``lambda: loss_fn(model(x), y)``), evaluated
     inside the sandbox (every value put back) before and after stepping only a standing-out layer.
@@ -209,9 +209,9 @@ def gradient_flow(
     modules = module_stats(model, params)
     owners = {p.module for p in params}
     layers = [m for m in modules if m.path in owners]
-    moved = moved_by_sgd(model, params, grads, scale)
     tensors = {real_name(n): p for n, p in model.named_parameters(remove_duplicate=False)}
     steps = layer_steps(params, tensors, optimizer)
+    moved = moved_by_sgd(model, params, grads, scale, steps)
     loss_step = loss_stepper(model, params, tensors, steps, thresholds, closure, scale) if closure else None
     flags = check_flags(model, params, layers, thresholds, adapter_patterns, graph, capture, moved, steps, loss_step)
     flags = scale_hints(flags, model, params, thresholds, scaler, scale, graph, steps)

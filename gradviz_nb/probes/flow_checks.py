@@ -123,15 +123,17 @@ def _check_layers(layers: list[ModuleStats], t: Thresholds, skip: set[str],
 
 
 def moved_by_sgd(model: nn.Module, params: list[ParamStats], grads: Mapping[str, torch.Tensor | None] | None,
-                  scale: float) -> Callable[[str], float | None]:
-    """``moved(layer)``: the fraction of the layer's values that one SGD step at lr 1 (``w - g``, rounded once to
-    the parameter's dtype, as ``optimizer.step`` does) really changes. Asked only for layers whose gradient/weight
+                  scale: float, steps: Mapping[str, LayerStep] | None = None) -> Callable[[str], float | None]:
+    """``moved(layer)``: the fraction of the layer's values that one step really changes, rounded once to the
+    parameter's dtype as ``optimizer.step`` does: the layer's optimizer step from ``steps`` (SGD: ``w - lr g``;
+    adaptive: ``w - lr g / (|g| + eps)``), else SGD at lr 1. Asked only for layers whose gradient/weight
     ratio is under their dtype's resolution, so it costs nothing on a healthy model. None when it cannot be
     told here (sparse or ``DTensor`` gradients)."""
     tensors = {real_name(n): p for n, p in unwrap_compiled(model).named_parameters(remove_duplicate=False)}
     given = {real_name(k): v for k, v in grads.items()} if grads is not None else None
 
     def moved(path: str) -> float | None:
+        lr, eps, _ = (steps or {}).get(path, (1.0, None, ""))
         changed = total = 0
         for ps in params:
             if ps.module != path or not ps.has_grad:
@@ -146,7 +148,9 @@ def moved_by_sgd(model: nn.Module, params: list[ParamStats], grads: Mapping[str,
                 # WEIGHT_FLOOR, the "own size" the ratio rule gives it, so 0 -> 1e-30 is not learning.
                 v = w.detach()
                 v = torch.where(v.abs() < WEIGHT_FLOOR, torch.full_like(v, WEIGHT_FLOOR), v)
-                stepped = (v.to(wide) - g.detach().to(wide) / scale).to(w.dtype)
+                upd = g.detach().to(wide) / scale
+                upd = upd if eps is None else upd / (upd.abs() + eps)
+                stepped = (v.to(wide) - lr * upd).to(w.dtype)
                 changed += int((stepped != v).sum())
             total += w.numel()
         return changed / total if total else None

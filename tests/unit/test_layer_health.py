@@ -37,7 +37,7 @@ def test_the_step_at_the_users_lr_decides_exploding() -> None:
 
 
 def test_an_adaptive_step_vanishes_only_under_its_eps() -> None:
-    rms_under_eps = 1e-12 * math.sqrt(100)  # rms(g) 1e-12, eps 1e-8: each element moves by lr * 1e-4
+    rms_under_eps = 1e-14 * math.sqrt(100)  # rms(g) 1e-14, eps 1e-8: each element moves by lr * 1e-6
     tiny = _layer("fc", rms_under_eps, lr=1e-3, adaptive_eps=1e-8, optimizer="Adam")
     assert _kinds([tiny]) == {"fc": "vanishing"}
     small_but_seen = _layer("fc", 1e-6 * math.sqrt(100), lr=1e-3, adaptive_eps=1e-8, optimizer="Adam")
