@@ -162,3 +162,24 @@ test("Run to texts format numbers as Python's '.4g' does, ties to even included"
   ];
   for (const [x, want] of cases) assert.equal(g4(x), want, String(x));
 });
+
+test("Run to: the box and leaf rules read the selection, and a rule without one says so", async () => {
+  const { initialStepper, runToStop, panelFacts } = await import("./control");
+  const m = initialStepper();
+  m.rix = indexRecording(normalizeRecording(mlp.recording)!, mlp.graph);
+  const none = runToStop(m, "module", mlp.graph.calls, "", 0)!;
+  assert.equal(none.index, -1);
+  assert.match(none.text, /never hit: select a module box first/);
+  const call = mlp.graph.calls[0];
+  const box = runToStop(m, "module", mlp.graph.calls, call.id, 0)!;
+  const inBox = m.rix.steps.findIndex((s) => mlp.graph.nodes.find((n) => n.id === s.node)?.call.startsWith(call.id));
+  assert.equal(box.index, inBox);
+  assert.ok(box.last >= box.index);
+  const leaf = mlp.graph.nodes.find((n) => n.kind === "leaf" && m.rix!.steps.some((s) => s.node === n.id))!;
+  const got = runToStop(m, "leaf", mlp.graph.calls, leaf.id, 0)!;
+  assert.equal(got.index, m.rix.steps.findIndex((s) => s.node === leaf.id));
+  m.sv = stepView(m.rix, got.index);
+  assert.ok(panelFacts(m, true)!.runText.includes(got.text));
+  const bad = runToStop(m, "above", mlp.graph.calls, "", NaN)!;
+  assert.match(bad.text, /finite threshold/);
+});
