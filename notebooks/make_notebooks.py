@@ -583,8 +583,11 @@ print(rec.armed)
 print(stop)
 assert rw.step == stop.index >= 0
 rw"""),
-    ("md", """Fix the worst first: the NaN. An epsilon inside the log."""),
-    ("code", """model.head.eps = 1e-3
+    ("md", """Fix the worst first: the NaN. An epsilon inside the log, large enough that the log's gradient
+1/(x + eps) stays bounded: `log(relu(z) + 1)` is `log1p`. (A tiny epsilon such as 1e-3 trades the NaN for a
+gradient 1000 times larger at zero; the doctor then measures one SGD step moving `head.fc` by many times its
+own norm and raising the loss, and calls it exploding, truthfully.)"""),
+    ("code", """model.head.eps = 1.0
 dx = gv.doctor(step, model, opt)
 print(dx.summary())"""),
     ("md", """Next, the `.data` read in `block`: use the parameter itself."""),
