@@ -164,8 +164,6 @@ class GraphWidget(anywidget.AnyWidget):
         self._lazy_graph = built.lazy
         self._why_source = built.why_source
         super().__init__(**built.state, **kwargs)
-        if self.graph.calls and not self.checkpoint_table:
-            self.checkpoint_table = self.graph  # converted by the trait (analysis.checkpointing.table)
         self.on_msg(self._on_page_message)
 
     def close(self) -> None:

@@ -48,6 +48,7 @@ from gradviz_nb.widgets.page.why import export_answers as why_answers
 DEFAULTS: dict[str, Any] = {
     "unfolded": [], "selected": "", "height": 600, "toggles": {"detach": [], "freeze": []}, "verified": {},
     "can_verify": False, "overlay": {}, "recording": {}, "step": -1, "diff": {}, "findings": [],
+    "checkpoints": {}, "checkpoint_table": {}, "checkpoint_verified": {},
 }
 @dataclass
 class Built:
@@ -185,6 +186,8 @@ def build(
     payload = index.skeleton(["", *expanded]) if index else graph_payload(graph)
     state: dict[str, Any] = {**copy.deepcopy(DEFAULTS), "expanded": expanded}
     state["graph_data"] = convert_trait("graph_data", payload, graph)
+    if graph.calls:  # what the page's checkpointing what-if reads; module boxes are what it marks
+        state["checkpoint_table"] = convert_trait("checkpoint_table", graph, graph)
     for name, value in given.items():
         state[name] = convert_trait(name, value, graph)
     return Built(graph, cast(Traits, state), index, x if isinstance(x, Diagnosis) else graph)
