@@ -174,7 +174,7 @@ class BackwardRecording:
         Example::
 
             stop = rec.find("nonfinite")
-            print(stop)        # born at step 812 (SqrtBackward0 in blocks.3): it received finite ...
+            print(stop)        # born at step 813 (SqrtBackward0 in blocks.3): it received finite ...
         """
         from gradviz_nb.probes.breakpoints import find
 

@@ -56,7 +56,7 @@ class Stop:
         return self.text
 
     def __repr__(self) -> str:
-        where = f"step {self.index}" if self.hit else "never hit"
+        where = f"cursor {self.index}" if self.hit else "never hit"
         return f"<Stop {self.rule}: {where}: {self.text}>"
 
 
@@ -70,11 +70,15 @@ def _norm(grads: Sequence[GradStats | None]) -> float:
 
 
 class _Where:
-    """Names a step by op, module and pass, as a reader reads them."""
+    """Names a step by op, module and pass, as a reader reads them: numbered from 1 within its pass, as the
+    stepper's header counts ("step 2 of 19"), not by the 0-based cursor ``stop.index``."""
 
     def __init__(self, rec: BackwardRecording) -> None:
         self.nodes = rec.graph.nx.nodes
         self.passes = rec.passes
+        self.start: dict[int, int] = {}
+        for s in rec.steps:
+            self.start.setdefault(s.pass_index, s.index)
 
     def __call__(self, s: Step) -> str:
         d = self.nodes[s.node]
@@ -83,7 +87,7 @@ class _Where:
         call = d.get("call") or ""
         inside = f" in {call}" if call else ""
         passed = f", pass {s.pass_index + 1}" if self.passes > 1 else ""
-        return f"step {s.index} ({what}{inside}{passed})"
+        return f"step {s.index - self.start.get(s.pass_index, 0) + 1} ({what}{inside}{passed})"
 
 
 def first_nonfinite(rec: BackwardRecording) -> Stop:

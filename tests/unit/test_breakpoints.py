@@ -76,7 +76,7 @@ def test_a_recording_of_over_2000_steps_stops_where_pytorch_made_the_first_nan()
     assert first_bad == (400, "sqrt input")
     stop = rec.find("nonfinite")
     assert stop.hit and stop.step is not None and stop.step.op == "SqrtBackward0", stop
-    assert str(stop).startswith(f"born at step {stop.index} (SqrtBackward0")
+    assert str(stop).startswith(f"born at step {stop.index + 1} (SqrtBackward0")  # counted from 1, as the stepper
     assert "received finite gradients" in str(stop)
     # every step before it received and sent finite gradients only
     for s in rec.steps[: stop.index]:

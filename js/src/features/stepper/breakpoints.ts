@@ -60,7 +60,10 @@ function where(src: RunSource, i: number): string {
   const name = d?.kind === "leaf" ? (d.names?.[0] ?? "") : "";
   const inside = d?.call ? ` in ${d.call}` : "";
   const passed = src.passes > 1 ? `, pass ${(s.pass ?? 0) + 1}` : "";
-  return `step ${i} (${name || s.op}${inside}${passed})`;
+  // Numbered from 1 within its pass, as the stepper's header counts ("step 2 of 19"); Python's _Where does the same.
+  let start = i;
+  while (start > 0 && (src.steps[start - 1].pass ?? 0) === (s.pass ?? 0)) start--;
+  return `step ${i - start + 1} (${name || s.op}${inside}${passed})`;
 }
 
 const stop = (rule: RunRule, index: number, src: RunSource, text: string, last = -1, healed: number[] = []): RunStop => ({
