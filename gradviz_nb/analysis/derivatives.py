@@ -36,6 +36,21 @@ RULES: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     "NllLossBackward0": ("nll_loss(logp, y)", [("grad_logp", "-grad_out / N at the target class, 0 elsewhere", "")]),
 }
 
+# Which input of an op each saved tensor is (op -> saved name -> input number): the recording reads a
+# consumer's saved input as its producer's forward value, so the rules above get real numbers.
+SAVED_INPUT: dict[str, dict[str, int]] = {
+    "MulBackward0": {"self": 0, "other": 1},
+    "DivBackward0": {"self": 0, "other": 1},
+    "PowBackward0": {"self": 0},
+    "PowBackward1": {"self": 0, "exponent": 1},
+    "MmBackward0": {"self": 0, "mat2": 1},
+    "AddmmBackward0": {"mat1": 1, "mat2": 2},
+    "LogBackward0": {"self": 0},
+    "DotBackward0": {"self": 0, "tensor": 1},
+    "MvBackward0": {"self": 0, "vec": 1},
+    "BmmBackward0": {"self": 0, "mat2": 1},
+}
+
 
 def _fmt(x: float) -> str:
     return f"{x:.1f}" if float(x).is_integer() and abs(x) < 1e6 else f"{x:.4g}"

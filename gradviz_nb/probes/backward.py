@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.derivatives import explain
+from gradviz_nb.analysis.derivatives import SAVED_INPUT, explain
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward_armed import Armed, armed_check
 from gradviz_nb.probes.backward_stats import SAME_ELEMENTS, SMALL, GradStats, Pending, Tracker, resolve
@@ -474,21 +474,6 @@ def _signature(graph: AutogradGraph) -> list[tuple[str, str]]:
     return sorted((n, d["op"]) for n, d in graph.nx.nodes(data=True))
 
 
-# Which input of an op a saved tensor is: lets a consumer's saved input show its producer's forward value.
-_SAVED_INPUT = {
-    "MulBackward0": {"self": 0, "other": 1},
-    "DivBackward0": {"self": 0, "other": 1},
-    "PowBackward0": {"self": 0},
-    "PowBackward1": {"self": 0, "exponent": 1},
-    "MmBackward0": {"self": 0, "mat2": 1},
-    "AddmmBackward0": {"mat1": 1, "mat2": 2},
-    "LogBackward0": {"self": 0},
-    "DotBackward0": {"self": 0, "tensor": 1},
-    "MvBackward0": {"self": 0, "vec": 1},
-    "BmmBackward0": {"self": 0, "mat2": 1},
-}
-
-
 def _forward_values(graph: AutogradGraph, nodes: dict[Any, str]) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Forward values of small tensors: those the trace has (leaves, roots, ops seen by capture), and
     those PyTorch saved for backward (nothing recomputed or guessed). Also Pow's scalar exponents."""
@@ -503,7 +488,7 @@ def _forward_values(graph: AutogradGraph, nodes: dict[Any, str]) -> tuple[dict[s
         saved = {s["name"] for s in attrs["saved"]}
         if "result" in saved:
             _put(values, node_id, _saved(fn, "result"))
-        for name, input_nr in _SAVED_INPUT.get(attrs["op"], {}).items():
+        for name, input_nr in SAVED_INPUT.get(attrs["op"], {}).items():
             nxt = fn.next_functions[input_nr][0] if input_nr < len(fn.next_functions) else None
             if name in saved and nxt is not None and fn.next_functions[input_nr][1] == 0:
                 _put(values, nodes[nxt], _saved(fn, name))
