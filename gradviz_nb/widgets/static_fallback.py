@@ -207,7 +207,7 @@ def _place(items: nx.DiGraph, rows: list[list[str]]) -> tuple[dict[str, Box], fl
     row_w = [sum(sizes[n][0] for n in row) + _COL_GAP * (len(row) - 1) for row in rows]
     total_w = max(row_w, default=100.0) + 2 * _PAD + _COL_GAP  # one spare lane on the right for long edges
     boxes: dict[str, Box] = {}
-    y = _PAD
+    y: float = _PAD
     for i, row in enumerate(rows):
         x = _PAD + (total_w - _COL_GAP - 2 * _PAD - row_w[i]) / 2
         row_h = max((sizes[n][1] for n in row), default=_BOX_H)

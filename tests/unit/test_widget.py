@@ -137,9 +137,10 @@ def test_overlay_trait_converts_known_sources_and_refuses_the_rest() -> None:
     w.overlay = gv.memory_held(gv.trace(model(torch.randn(3, 4)).sum(), model=model))
     assert w.overlay["unit"] == "B"
     w.overlay = {}
+    fields = ("Overlay dict (js/src/payload.ts) has the fields detail, encoding, marks, scale, title, unit, "
+              "values; this one has missing encoding, marks, scale, unit")
     for bad, words in ((3, "MemoryReport, a GradientFlow, a GradCheck, a Diagnosis"), ([], "got list"),
-                       ({"title": "x"}, "Overlay dict (js/src/payload.ts) has the fields detail, encoding, marks, "
-                                        "scale, title, unit, values; this one has missing encoding, marks, scale, unit")):
+                       ({"title": "x"}, fields)):
         with pytest.raises(traitlets.TraitError, match=r"^overlay: ") as err:
             w.overlay = bad
         assert words in str(err.value)
