@@ -14,6 +14,17 @@ export interface ToolbarActions {
   saveSVG(): void;
 }
 
+export interface ZoomState {
+  percent: number;
+  fits: boolean;
+  outside: string;
+}
+
+export function zoomChipText(state: ZoomState): string {
+  const pct = `${Math.round(state.percent)}%`;
+  return state.fits ? `${pct} · whole graph` : `${pct} fits ⤢`;
+}
+
 export interface Toolbar {
   element: HTMLElement;
   info: HTMLElement;
@@ -22,6 +33,10 @@ export interface Toolbar {
   setNotes(notes: readonly string[]): void;
   setMessage(text: string): void;
   setBoxesAvailable(available: boolean): void;
+  /** The zoom chip: `fits` false means the view shows part of the graph and the whole of it fits at
+   *  `percent` ("76% fits ⤢"); `fits` true means the whole graph is in view at `percent`
+   *  ("100% · whole graph"). `outside` (what the view leaves out) is its tooltip; a click fits. Null hides it. */
+  setZoom(state: ZoomState | null): void;
   /** Where features put their own controls (what-if, search), before the counts. */
   tools: HTMLElement;
 }
@@ -36,6 +51,9 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
   const collapseAll = button("Collapse all", "gradviz-collapse-all", "Close every module box", actions.collapseAll);
   const tools = h("span", { class: "gradviz-tools" });
   const counts = h("span", { class: "gradviz-counts", "data-testid": "gradviz-counts" });
+  const zoom = button("", "gradviz-zoom-chip", "", actions.fit);
+  zoom.classList.add("gradviz-zoom-chip");
+  zoom.hidden = true;
   const element = h(
     "div",
     { class: "gradviz-toolbar", "data-testid": "gradviz-toolbar" },
@@ -47,6 +65,7 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     button("PNG", "gradviz-png", "Download the whole graph as a PNG image", actions.savePNG),
     button("SVG", "gradviz-svg", "Download the whole graph as an SVG image", actions.saveSVG),
     tools,
+    zoom,
     counts,
   );
   const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });
@@ -70,6 +89,14 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
       collapseAll.disabled = !available;
       expandAll.hidden = !available;
       collapseAll.hidden = !available;
+    },
+    setZoom(state) {
+      zoom.hidden = !state;
+      if (!state) return;
+      setText(zoom, zoomChipText(state));
+      zoom.title = state.outside || (state.fits ? "The whole graph is in view" : "Fit the whole graph in view");
+      zoom.dataset.fits = String(state.fits);
+      zoom.dataset.percent = String(Math.round(state.percent));
     },
     tools,
   };
