@@ -39,6 +39,7 @@ from bokeh.plotting import figure
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.flow import HIST_RANGE, GradientFlow, ModuleStats
 from gradviz_nb.widgets.chart_theme import THEMES, follow_page_theme
+from gradviz_nb.widgets.names import common_parts
 
 if TYPE_CHECKING:
     from bokeh.models import LayoutDOM
@@ -109,14 +110,8 @@ def short_names(names: Sequence[str]) -> tuple[str, list[str]]:
     >>> short_names(["base_model.model.h.0.attn", "base_model.model.h.1.mlp"])
     ('base_model.model.h.', ['0.attn', '1.mlp'])
     """
-    parts = [n.split(".") for n in names if n]
-    common: list[str] = []
-    for col in zip(*parts, strict=False):
-        if len(set(col)) != 1:
-            break
-        common.append(col[0])
-    keep = min((len(p) for p in parts), default=1) - 1  # every label keeps at least its last segment
-    common = common[:keep] if len(parts) > 1 else []
+    keep = min((n.count(".") for n in names if n), default=0)  # every label keeps at least its last segment
+    common = common_parts(names)[:keep]
     prefix = ".".join(common) + "." if common else ""
     labels = [n.removeprefix(prefix) if n else "(top level)" for n in names]
     clipped = [x if len(x) <= NAME_CHARS else "…" + x[-(NAME_CHARS - 1):] for x in labels]
@@ -129,6 +124,12 @@ def _subtitle(fig: Any, prefix: str) -> None:
         shown = prefix if len(prefix) <= 60 else "…" + prefix[-59:]
         fig.add_layout(Title(text=f"layers under {shown}", text_font_size="11px", text_font_style="italic"),
                        "above")
+
+
+def _hover(**options: Any) -> HoverTool:
+    """A HoverTool whose tooltip opens below the pointer: in the Dashboard the graph sits above the charts,
+    and Bokeh's default (beside the pointer, centred on it) let a tall tooltip on a top row cover it."""
+    return HoverTool(attachment="below", **options)
 
 
 def _fmt(x: float) -> str:
@@ -267,7 +268,7 @@ def norm_bars(flow: GradientFlow, source: ColumnDataSource | None = None, min_wi
     # fixed borders (title and subtitle above; axis and legend below) so a histogram beside it lines up
     fig.min_border_top, fig.min_border_bottom = 56, 64 + 24 * math.ceil(len(legend.items) / 4)
     fig.height = fig.min_border_top + _rows_height(len(labels)) + fig.min_border_bottom
-    fig.add_tools(HoverTool(renderers=[bars, marks], tooltips=TIPS))
+    fig.add_tools(_hover(renderers=[bars, marks], tooltips=TIPS))
     fig.xaxis.axis_label = "‖grad‖₂ (log scale)"
     fig.yaxis.major_label_text_font_size = "11px"
     _subtitle(fig, prefix)
@@ -322,7 +323,7 @@ def histogram_heatmap(edges: Sequence[float], hists: dict[str, list[float]], y_r
                  x_range=Range1d(start=HIST_RANGE[0] - 2 * step, end=HIST_RANGE[1]), name="histograms")
     cells = fig.rect(x="x", y="label", width=step, height=0.9, source=source, line_color=None,
                      fill_color={"field": "frac", "transform": mapper})
-    fig.add_tools(HoverTool(renderers=[cells], tooltips=[("layer", "@layer"), ("|g| in", "@bin"),
+    fig.add_tools(_hover(renderers=[cells], tooltips=[("layer", "@layer"), ("|g| in", "@bin"),
                                                           ("fraction", "@frac{0.000%}")]))
     zero_x = HIST_RANGE[0] - step
     ticks = [zero_x, *range(math.ceil(HIST_RANGE[0] + 2), math.floor(HIST_RANGE[1]) + 1, 2)]
@@ -470,7 +471,7 @@ def monitor_chart(mon: GradientMonitor, widget: bool = True, min_width: int = 48
     rects = hm.rect(x="x", y="label", width="w", height=0.95, source=heat_src, line_color=None,
                     fill_color={"field": "norm", "transform": mapper}, hatch_pattern="hatch",
                     hatch_color="#444444", hatch_scale=6)
-    hm.add_tools(HoverTool(renderers=[rects], tooltips=[("layer", "@layer"), ("step", "@step"),
+    hm.add_tools(_hover(renderers=[rects], tooltips=[("layer", "@layer"), ("step", "@step"),
                                                         ("L2 norm", "@norm_text")]))
     hm.yaxis.major_label_text_font_size = "11px"
     hm.xaxis.axis_label = "training step"
@@ -490,7 +491,7 @@ def monitor_chart(mon: GradientMonitor, widget: bool = True, min_width: int = 48
         r.hover_glyph = Line(x="step", y=f"y{c}", line_width=4.5, **look)  # the line under the mouse stands out
         items.append(LegendItem(label=label, renderers=[r]))
         drawn.append(r)
-    ln.add_tools(HoverTool(renderers=drawn, tooltips=[("layer", "$name"), ("step", "$x{0}"),
+    ln.add_tools(_hover(renderers=drawn, tooltips=[("layer", "$name"), ("step", "$x{0}"),
                                                                 ("L2 norm", "$y{%0.4g}")],
                            formatters={"$y": "printf"}, line_policy="nearest", mode="mouse"))
     if len(items) <= 20:  # beyond that a legend is a wall of text: hover picks lines instead
@@ -519,12 +520,12 @@ def _mark_flags(hm: Any, ln: Any, cells: ColumnDataSource, model: ColumnDataSour
     on_hm = hm.scatter(x="step", y="label", legend_field="kind", name="flag_marks", **style)
     on_ln = ln.scatter(x="step", y="y", **style)
     tips = [("step", "@step"), ("flag", "@kind"), ("layer", "@layer"), ("why", "@reason")]
-    hm.add_tools(HoverTool(renderers=[on_hm], tooltips=tips))
-    ln.add_tools(HoverTool(renderers=[on_ln], tooltips=tips))
+    hm.add_tools(_hover(renderers=[on_hm], tooltips=tips))
+    ln.add_tools(_hover(renderers=[on_ln], tooltips=tips))
     for fig in (hm, ln):
         band = fig.vspan(x="step", source=model, line_color="#d62728", line_width=2, line_dash="dashed",
                          name="flag_steps")
-        fig.add_tools(HoverTool(renderers=[band], tooltips=[("step", "@step"), ("flag", "@kind"),
+        fig.add_tools(_hover(renderers=[band], tooltips=[("step", "@step"), ("flag", "@kind"),
                                                             ("why", "@reason")]))
     legend = hm.legend[0]
     legend.orientation, legend.label_text_font_size, legend.location, legend.margin = "horizontal", "11px", "left", 2

@@ -79,6 +79,9 @@ export interface GraphMeta {
   notes: string[];
   num_nodes: number;
   num_edges: number;
+  /** The dotted prefix ("base_model.model.") every module path shares, drawn without it in box headers,
+   *  leaf and ghost names (full names in the details panel); "" or absent: none. */
+  prefix?: string;
 }
 
 export interface GraphPayload {

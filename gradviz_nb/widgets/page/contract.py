@@ -88,6 +88,7 @@ class GraphMeta(TypedDict):
     notes: list[str]
     num_nodes: int
     num_edges: int
+    prefix: NotRequired[str]
 
 
 class Wiring(TypedDict):

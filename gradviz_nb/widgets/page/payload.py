@@ -14,6 +14,7 @@ from typing import Any, cast
 import networkx as nx
 
 from gradviz_nb.tracing.graph import AutogradGraph
+from gradviz_nb.widgets.names import graph_prefix
 from gradviz_nb.widgets.page.contract import FoldGroup, GraphEdge, GraphMeta, GraphNode, GraphPayload, ModuleCall
 
 NODE_FIELDS = ("kind", "op", "label", "module", "call", "names", "shape", "dtype", "requires_grad", "saved", "value")
@@ -54,6 +55,7 @@ def graph_meta(graph: AutogradGraph, num_edges: int) -> GraphMeta:
         "notes": graph.notes,
         "num_nodes": g.number_of_nodes(),
         "num_edges": num_edges,
+        "prefix": graph_prefix(c["path"] for c in graph.calls),
     }
 
 

@@ -268,6 +268,7 @@ const meta = record({
   notes: opt(strings, () => []),
   num_nodes: opt(count, () => 0),
   num_edges: opt(count, () => 0),
+  prefix: opt(str, () => ""),
 });
 
 const wiring = record({
