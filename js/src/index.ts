@@ -91,7 +91,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   const side = h("div", { class: "gradviz-side" });
   body.append(details.element, legend.element, tooltip.element);
   const main = h("div", { class: "gradviz-main" }, side, body);
-  root.append(toolbar.element, top, toolbar.info, toolbar.message, errorBox.element, main);
+  root.append(toolbar.element, toolbar.status.element, top, errorBox.element, main);
   root.tabIndex = 0;
   // JupyterLab must not take the keys we handle while the widget has focus.
   root.setAttribute("data-lm-suppress-shortcuts", "true");

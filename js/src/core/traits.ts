@@ -26,7 +26,7 @@ export function loadPayload(ctx: Core): void {
   ctx.expanded = new Set();
   ctx.unfolded = new Set();
   ctx.folded = foldedCalls(ctx.folds, ctx.expanded, ctx.unfolded);
-  ctx.toolbar.setNotes(ctx.payload.meta?.notes ?? []);
+  ctx.toolbar.setNotes(ctx.payload.meta?.notes ?? [], ctx.payload.meta?.num_nodes || ctx.payload.nodes.length);
   ctx.toolbar.setBoxesAvailable(ctx.index.order.length > 0);
   const wanted: Disclosure = {
     expanded: new Set(canonical(model.get("expanded") || [], ctx.index)),

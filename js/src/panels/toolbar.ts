@@ -1,6 +1,18 @@
 // Toolbar (fit, zoom reset, re-layout, expand / collapse all, PNG / SVG download, the features' tools
-// such as what-if and search, counts), the notes line and the message line.
+// such as what-if and search, the zoom chip, counts) and the status line under it, which holds the
+// view's message and the payload's notes beside the features' headlines.
 import { h, setText } from "./dom";
+import { createStatusLine, RANK, type StatusLine } from "./status";
+
+/** The note Python adds to a graph traced without module capture (`tracing/trace.py`). */
+export const NO_BOXES_NOTE = "No module boxes";
+/** Below this many nodes, module boxes would not help reading the graph: that note is left out. */
+export const BOXES_HELP_FROM = 25;
+
+/** The notes worth a line for a graph of `nodes` nodes (the no-capture note only on a big one). */
+export function notesToShow(notes: readonly string[], nodes: number): string[] {
+  return notes.filter((n) => !(n.startsWith(NO_BOXES_NOTE) && nodes <= BOXES_HELP_FROM));
+}
 
 export interface ToolbarActions {
   fit(): void;
@@ -27,10 +39,13 @@ export function zoomChipText(state: ZoomState): string {
 
 export interface Toolbar {
   element: HTMLElement;
+  /** The status line (message, notes and the features' headlines): one line, an expander for the rest. */
+  status: StatusLine;
   info: HTMLElement;
   message: HTMLElement;
   setCounts(text: string): void;
-  setNotes(notes: readonly string[]): void;
+  /** `nodes`: how many nodes the graph has (the no-capture note shows only above `BOXES_HELP_FROM`). */
+  setNotes(notes: readonly string[], nodes?: number): void;
   setMessage(text: string): void;
   setBoxesAvailable(available: boolean): void;
   /** The zoom chip: `fits` false means the view shows part of the graph and the whole of it fits at
@@ -69,15 +84,22 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     counts,
   );
   const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });
+  info.hidden = true;
   const message = h("div", { class: "gradviz-message", "data-testid": "gradviz-message", role: "status" });
   message.hidden = true;
+  const status = createStatusLine();
+  status.add(message, RANK.message);
+  status.add(info, RANK.notes);
   return {
     element,
+    status,
     info,
     message,
     setCounts: (text) => setText(counts, text),
-    setNotes(notes) {
-      info.replaceChildren(...notes.map((n) => h("p", {}, n)));
+    setNotes(notes, nodes = Infinity) {
+      const shown = notesToShow(notes, nodes);
+      info.replaceChildren(...shown.map((n) => h("p", {}, n)));
+      info.hidden = shown.length === 0;
     },
     setMessage(text) {
       delete message.dataset.kind;

@@ -9,6 +9,7 @@ import { repaint } from "../../core/paint";
 import type { Theme } from "../../view/theme";
 import { addClass } from "../../state/classes";
 import { CHECKPOINT_CSS, createCheckpointButton, createCheckpointPanel } from "./panel";
+import { RANK } from "../../panels/status";
 import { cycleMark, evaluate, formatBytes, hasTable, lostCause, normalizeMarks, sameMarks, summaryText, type CheckpointAnswer, type Marks } from "./state";
 
 export interface CheckpointHooks {
@@ -28,7 +29,7 @@ export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): 
     clear: () => userMarks({}),
     verify: () => void core.messenger.request("checkpoint", {}),
   });
-  slots.top.append(panel.element);
+  core.toolbar.status.add(panel.element, RANK.headline); // its bar and banner share the status line
   const button = createCheckpointButton(() => setMode(!ck.mode));
   slots.tools.append(button);
 

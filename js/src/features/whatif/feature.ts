@@ -10,6 +10,7 @@ import { repaint } from "../../core/paint";
 import { setSelected } from "../../core/selection";
 import { decorate, type Decorations } from "./decorate";
 import { BANNER_CSS, createModeButton, createWhatIfPanel } from "./panel";
+import { RANK } from "../../panels/status";
 import {
   answerCopy,
   clickToggles,
@@ -46,7 +47,7 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
     reset: () => userToggle({ detach: [], freeze: [] }),
     verify: () => void core.messenger.request("verify", {}),
   });
-  slots.top.append(panel.element);
+  core.toolbar.status.add(panel.element, RANK.headline); // its bar and banner share the status line
   const button = createModeButton(() => setMode(!wi.mode));
   slots.tools.append(button);
 
