@@ -15,6 +15,7 @@ from pagekit import MountedPage
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
 from gradviz_nb.widgets import page
+from lab.canvas_checks import EDGE_CROSSING_JS, HELPERS_JS
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser
@@ -168,4 +169,59 @@ def test_expand_moves_the_rest_by_a_pure_shift_and_collapse_restores(
     for key, v in nested.items():
         if v[5]:
             assert inside(room(v), room(nested[v[5]])), key
+    assert page.errors == []
+
+
+# Every drawn edge against every open box's header label (Cytoscape's own label box), holders included:
+# an edge entering a box goes in beside its header, never through the text.
+HEADER_CROSSING_JS = """(inset) => {
+  const cy = window.gv.hook.cy;
+  const out = [];
+  const heads = cy.nodes('[kind = "expanded"]').map((n) => [n.id(), n.boundingBox(
+    { includeNodes: false, includeEdges: false, includeLabels: true, includeOverlays: false })]);
+  for (const e of cy.edges()) {
+    const pts = [e.sourceEndpoint(), ...(e.segmentPoints() || []), e.targetEndpoint()].map((p) => [p.x, p.y]);
+    for (const [id, r] of heads) {
+      if (GVCHECK.polylineHitsRect(pts, r, inset)) out.push(e.source().id() + ' -> ' + e.target().id() + ' through ' + id);
+    }
+  }
+  return { edges: cy.edges().length, heads: heads.length, crossing: out };
+}"""
+
+
+def _crossings(page: MountedPage) -> tuple[list[str], list[str]]:
+    """(edges through a box they do not connect, as the screenshot suite measures it; edges through a header)."""
+    boxes = page.js(f"(inset) => ({EDGE_CROSSING_JS})(document.querySelector('.gradviz-root'), inset)", 1)
+    heads = page.js(f"(inset) => {{ {HELPERS_JS}; return ({HEADER_CROSSING_JS})(inset); }}", 1)
+    assert boxes["checked"] > 5 and heads["edges"] > 5
+    return [f"{c['edge']} crosses {c['crossed']}" for c in boxes["crossing"]], heads["crossing"]
+
+
+def _click_box(page: MountedPage, call: str) -> None:
+    point = page.js("(id) => gv.hook.boxPoint(id)", call)
+    assert point, f"{call} is not on screen"
+    page.page.mouse.click(point["x"], point["y"])
+    page.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.layout === 'idle'")
+    page.js("() => gv.hook.idle()")
+
+
+def test_no_edge_through_a_box_or_header_after_clicks(browser: Any, tmp_path: Path, payload: dict[str, Any]) -> None:
+    """Open blocks.3 by click, then its attention, then close both: after every click no edge crosses a box it
+    does not connect, nor any open box's header text (incremental placement and full layouts alike)."""
+    folds = [f["id"] for f in payload.get("folds", [])]
+    page = MountedPage(browser, tmp_path, {"graph_data": payload, "unfolded": folds, "height": 700})
+    seen = []
+    for call, opens in (("blocks.3", True), ("blocks.3.attn", True), ("blocks.3.attn", False), ("blocks.3", False)):
+        _click_box(page, call)
+        kind = page.js("(k) => gv.hook.cy.getElementById(k).data('kind')", "c:" + call)
+        assert kind == ("expanded" if opens else "collapsed"), (call, kind)
+        boxes, heads = _crossings(page)
+        seen.append((call, opens, boxes, heads))
+    _click_box(page, "blocks.3")
+    _click_box(page, "blocks.3.attn")
+    page.page.click("[data-testid=gradviz-relayout]")  # a full layout: ELK's routes keep clear of headers too
+    page.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.layoutIncremental === 'false'")
+    page.js("() => gv.hook.idle()")
+    seen.append(("re-layout", True, *_crossings(page)))
+    assert all(not b and not h for _, _, b, h in seen), seen
     assert page.errors == []

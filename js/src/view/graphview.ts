@@ -6,6 +6,7 @@ import { BOX_PADDING } from "./elkgraph";
 import { labelOf, layoutBounds, toElements, type Bounds } from "./elements";
 import { detourEdges, edgesThroughItems, findRegion, placeRegion, type Snapshot } from "./incremental";
 import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
+import { avoidHeaders, orthogonalRoutes } from "./reroute";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
 import type { Theme } from "./theme";
@@ -180,6 +181,7 @@ export class GraphView {
     const layout = await this.layoutOf(graph, laidOut, !!options.incremental);
     if (!layout) return false;
     if (generation !== this.generation) return false;
+    avoidHeaders(graph, layout.layout, laidOut); // ELK's routes too run straight through header text
     this.lastLayoutMs = performance.now() - started;
     this.snapshot = { graph, layout: layout.layout, sizes: laidOut };
     this.lastLayoutIncremental = layout.incremental;
@@ -260,6 +262,11 @@ export class GraphView {
         const sub = await this.engine.layout(region.sub, sizeOf);
         if (generation !== this.generation) return null;
         const placed = placeRegion(prev, graph, region, sub, sizes);
+        if (placed) {
+          // Edges whose ends moved apart lost their route: orthogonal ones, clear of header text.
+          orthogonalRoutes(graph, placed.layout, sizes);
+          avoidHeaders(graph, placed.layout, sizes);
+        }
         // Placement keeps everything else where it was, but an edge from outside the region is then a
         // straight line that may cut through boxes (a tied weight across every block): when it does,
         // the whole view is laid out again so ELK routes it round them.
