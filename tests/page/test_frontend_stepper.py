@@ -263,3 +263,52 @@ def test_stepper_buttons_draw_svg_icons_not_font_glyphs(browser: Any, tmp_path: 
     play.click()
     assert p.info()["playing"] is False and play.inner_text().strip() == "Play"
     assert p.errors == []
+
+
+# The running node's label as drawn (its own font: the highlight is bold) against the inside of its border.
+RUNNING_LABEL_JS = """() => {
+  const n = gv.hook.cy.$('node.st-run');
+  if (n.empty()) return null;
+  const ctx = document.createElement('canvas').getContext('2d');
+  const size = parseFloat(n.style('font-size'));
+  ctx.font = `${n.style('font-style')} ${n.style('font-weight')} ${size}px ${n.style('font-family')}`;
+  const lines = String(n.style('label')).split('\\n');
+  const border = parseFloat(n.style('border-width'));
+  return { id: n.id(), label: lines.join(' | '), weight: String(n.style('font-weight')),
+           textW: Math.max(...lines.map((l) => ctx.measureText(l).width)), w: n.width() - border,
+           textH: lines.length * size * parseFloat(n.style('line-height')), h: n.height() - border };
+}"""
+BOXES_JS = """() => Object.fromEntries(['gradviz-legend', 'gradviz-canvas'].map((t) => {
+  const el = document.querySelector(`[data-testid=${t}]`);
+  return [t, el.hidden ? null : el.getBoundingClientRect().toJSON()];
+}))"""
+
+
+@pytest.mark.parametrize("width", [1000, 550])
+@pytest.mark.parametrize("name", ["recording_scalar.json", "recording_mlp.json"])
+def test_running_label_fits_its_node_and_the_legend_fits_the_canvas(browser: Any, tmp_path: Path, name: str,
+                                                                      width: int) -> None:
+    """At every step the highlighted (bold) "data | grad" label fits inside the running node's border, and the
+    legend lies inside the canvas beside the step details (550 px: the cell of a 1000 px JupyterLab window with
+    the findings column beside it, where the canvas was 210 px and the legend 260)."""
+    data = fixture(name)
+    state = {"graph_data": data["graph"], "recording": data["recording"], "step": 0, "height": 560,
+             "expanded": sorted({c["id"] for c in data["graph"].get("calls", [])})}
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 900), width=width)
+    p.js("() => gv.hook.idle()")
+    checked = with_values = 0
+    for step in range(len(data["recording"]["steps"])):
+        p.js("(i) => gv.hook.stepTo(i)", step)
+        r = p.js(RUNNING_LABEL_JS)
+        if r is None:
+            continue
+        checked += 1
+        with_values += "grad" in r["label"]
+        assert r["weight"] == "bold" and r["textW"] <= r["w"] + 0.5 and r["textH"] <= r["h"] + 0.5, (step, r)
+    assert checked >= 5 and with_values >= 2, (checked, with_values)
+    boxes = p.js(BOXES_JS)
+    legend, canvas = boxes["gradviz-legend"], boxes["gradviz-canvas"]
+    assert legend and canvas["width"] > 300, boxes
+    assert legend["left"] >= canvas["left"] - 0.5 and legend["right"] <= canvas["right"] + 0.5, boxes
+    assert legend["top"] >= canvas["top"] - 0.5 and legend["bottom"] <= canvas["bottom"] + 0.5, boxes
+    assert p.errors == []

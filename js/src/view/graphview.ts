@@ -163,8 +163,8 @@ export class GraphView {
       let size = this.measure(item);
       for (const lines of this.reserve?.(item.key) ?? []) {
         if (!lines.length) continue;
-        const bold = item.type === "collapsed" || (item.type === "node" && item.node.kind === "root");
-        const r = this.measureLabel(labelOf(item) + "\n" + lines.join("\n"), bold, item.type === "collapsed");
+        // Measured bold: any node may become the stepper's running node, whose label is drawn bold.
+        const r = this.measureLabel(labelOf(item) + "\n" + lines.join("\n"), true, item.type === "collapsed");
         size = { width: Math.max(size.width, r.width), height: Math.max(size.height, r.height) };
       }
       sizes.set(item.key, size);

@@ -24,6 +24,7 @@ import {
 } from "./control";
 import { createStepper } from "./panel";
 import type { RunRule } from "./breakpoints";
+import css from "./stepper.css";
 import { clampCursor, firstNonfinite, indexRecording, INTRO, normalizeRecording, passCursor, reserveLines, stepDetails, stepView } from "./state";
 
 export interface StepperHooks {
@@ -170,6 +171,7 @@ export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Featur
   return {
     name: "stepper",
     styles: stepperStyles,
+    css,
     traits: {
       recording() {
         run.loadRecording();
