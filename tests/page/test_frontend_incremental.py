@@ -10,12 +10,12 @@ from typing import Any
 import pagekit
 import pytest
 import torch
+from lab.canvas_checks import EDGE_CROSSING_JS, HELPERS_JS
 from pagekit import MountedPage
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
 from gradviz_nb.widgets import page
-from lab.canvas_checks import EDGE_CROSSING_JS, HELPERS_JS
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser
@@ -182,7 +182,8 @@ HEADER_CROSSING_JS = """(inset) => {
   for (const e of cy.edges()) {
     const pts = [e.sourceEndpoint(), ...(e.segmentPoints() || []), e.targetEndpoint()].map((p) => [p.x, p.y]);
     for (const [id, r] of heads) {
-      if (GVCHECK.polylineHitsRect(pts, r, inset)) out.push(e.source().id() + ' -> ' + e.target().id() + ' through ' + id);
+      if (!GVCHECK.polylineHitsRect(pts, r, inset)) continue;
+      out.push(e.source().id() + ' -> ' + e.target().id() + ' through ' + id);
     }
   }
   return { edges: cy.edges().length, heads: heads.length, crossing: out };
@@ -225,3 +226,43 @@ def test_no_edge_through_a_box_or_header_after_clicks(browser: Any, tmp_path: Pa
     seen.append(("re-layout", True, *_crossings(page)))
     assert all(not b and not h for _, _, b, h in seen), seen
     assert page.errors == []
+
+
+# A DOM click on a toolbar button, then: was the spinner up right after the click (synchronously), and at
+# the first animation frame (what the first frame painted after the click shows); the time to the view drawn.
+CLICK_SPINNER_JS = """async (testid) => {
+  const root = document.querySelector('.gradviz-root');
+  const spinner = root.querySelector('[data-testid=gradviz-spinner]');
+  let atFrame = null;
+  requestAnimationFrame(() => { atFrame = !spinner.hidden; });
+  const t0 = performance.now();
+  root.querySelector(`[data-testid=${testid}]`).click();
+  const atClick = !spinner.hidden;
+  await gv.hook.idle();
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return { atClick, atFrame, ms: performance.now() - t0, after: !spinner.hidden, items: gv.hook.cy.nodes().length };
+}"""
+
+
+@pytest.fixture(scope="module")
+def big_payload() -> dict[str, Any]:
+    """GPT-2's structure with 12 blocks (small widths: the graph is what counts): about 700 nodes open."""
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config(n_layer=12, n_head=2, d_model=32, vocab=101, block_size=16))
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model)
+    return page.graph(gv.trace(loss, model=model, capture=cap))
+
+
+def test_spinner_shows_from_the_click_of_expand_and_collapse_all(browser: Any, tmp_path: Path,
+                                                                  big_payload: dict[str, Any]) -> None:
+    """Expand all and Collapse all on a big graph: the spinner is up in the first frame after the click (set
+    before any work is scheduled), and down once the view is drawn."""
+    p = MountedPage(browser, tmp_path, {"graph_data": big_payload, "height": 700})
+    expand = p.js(CLICK_SPINNER_JS, "gradviz-expand-all")
+    assert expand["items"] > 500, expand
+    collapse = p.js(CLICK_SPINNER_JS, "gradviz-collapse-all")
+    print(f"\nExpand all {expand['ms']:.0f} ms, Collapse all {collapse['ms']:.0f} ms ({expand['items']} nodes)")
+    for r in (expand, collapse):
+        assert r["atClick"] and r["atFrame"] and not r["after"], r
+    assert p.errors == []

@@ -22,7 +22,16 @@ export interface ChangeOptions {
   fromTrait?: boolean;
   /** First view of a payload: drawn even if nothing changed; the initial cap applies. */
   initial?: boolean;
+  /** The change may take over 150 ms: the spinner says so from the click on (default: when the view
+   *  drawn now is big, SLOW_VIEW). */
+  slow?: boolean;
 }
+
+/** Items drawn above which an open, close or reveal is announced at the click: on GPT-2 124M a change
+ *  of a view this big took 150 ms or more on two busy cores (benchmarks/bench_session.py). */
+const SLOW_VIEW = 300;
+/** Changes queued and not finished, per core: the last one to finish takes the spinner down. */
+const queued = new WeakMap<Core, number>();
 
 /** Load the contents of `calls` (lazy mode), with the spinner up; false (and a message) on failure. */
 export async function ensureLoaded(ctx: Core, calls: string[]): Promise<boolean> {
@@ -45,25 +54,34 @@ export async function ensureLoaded(ctx: Core, calls: string[]): Promise<boolean>
 /** Change what is open, in order with other changes: the cap is checked on the would-be counts
  *  (no layout), missing contents are loaded, then the view is laid out. Resolves true when drawn. */
 export function change(ctx: Core, step: (cur: Disclosure) => Disclosure, options: ChangeOptions): Promise<boolean> {
+  const slow = options.slow ?? drawnItems(ctx.counts) > SLOW_VIEW;
+  // Set before any work is scheduled, so the first frame after the click already shows it.
+  if (slow) setSpinner(ctx, `${options.action}…`);
+  queued.set(ctx, (queued.get(ctx) ?? 0) + 1);
   const job = ctx.changes
-    .then(() => applyChange(ctx, step, options))
+    .then(() => applyChange(ctx, step, options, slow))
     .catch((err: unknown) => {
       ctx.toolbar.setMessage(`Could not update the view: ${err instanceof Error ? err.message : String(err)}`);
       return false;
+    })
+    .finally(() => {
+      const left = (queued.get(ctx) ?? 1) - 1;
+      queued.set(ctx, left);
+      if (left === 0 && ctx.running === 0 && !ctx.loader.busy) setSpinner(ctx, null);
     });
   ctx.changes = job;
   ctx.pending = Promise.all([ctx.pending, job]);
   return job;
 }
 
-async function applyChange(ctx: Core, step: (cur: Disclosure) => Disclosure, options: ChangeOptions): Promise<boolean> {
+async function applyChange(ctx: Core, step: (cur: Disclosure) => Disclosure, options: ChangeOptions, slow: boolean): Promise<boolean> {
   const gen = ctx.payloadGen;
   const next = step({ expanded: ctx.expanded, unfolded: ctx.unfolded });
   next.unfolded = unfoldForExpanded(next.unfolded, next.expanded, ctx.folds, ctx.index);
   const same = sameSet(next.expanded, ctx.expanded) && sameSet(next.unfolded, ctx.unfolded);
   if (same && !options.initial) return true;
   const nextFolded = foldedCalls(ctx.folds, next.expanded, next.unfolded);
-  if (next.unfolded.size > ctx.unfolded.size || next.expanded.size > ctx.expanded.size + 20) {
+  if (slow || next.unfolded.size > ctx.unfolded.size || next.expanded.size > ctx.expanded.size + 20) {
     // Unfolding a long stack (or opening many boxes) takes a moment: say what is happening, and let
     // the browser paint that before the work starts.
     setSpinner(ctx, `${options.action}…`);
@@ -145,6 +163,7 @@ export function unfoldGroup(ctx: Core, groupId: string): Promise<boolean> {
   const type = ctx.index.calls.get(group.calls[0])?.type ?? "";
   return change(ctx, (cur) => ({ expanded: cur.expanded, unfolded: new Set([...cur.unfolded, groupId]) }), {
     action: `Unfolding ${group.calls.length} × ${type}`,
+    slow: true,
     anchor() {
       const at = ctx.view.anchorOf(foldKey(groupId));
       return at ? { key: callKey(group.calls[0]), rendered: at.rendered } : undefined;
@@ -157,10 +176,11 @@ export function expandEverything(ctx: Core): Promise<boolean> {
   return change(ctx, () => ({ expanded: expandAll(ctx.index), unfolded: new Set(ctx.folds.groups.keys()) }), {
     action: "Expand all",
     fit: true,
+    slow: true,
   });
 }
 
 /** Collapse all refolds every stack too. */
 export function collapseEverything(ctx: Core): Promise<boolean> {
-  return change(ctx, () => ({ expanded: new Set(), unfolded: new Set() }), { action: "Collapse all", fit: true });
+  return change(ctx, () => ({ expanded: new Set(), unfolded: new Set() }), { action: "Collapse all", fit: true, slow: true });
 }
