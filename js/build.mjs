@@ -1,5 +1,5 @@
 // Bundles the two shipped files, each ONE self-contained ESM file, into ../gradviz_nb/static/:
-//   widget.js  src/index.ts, the canvas: the ELK worker source and the CSS are inlined as text, so
+//   widget.js  src/index.ts, the canvas: the layout worker's source and the CSS are inlined as text, so
 //              nothing else is fetched at run time (exported pages embed it; the kernel's one
 //              GradvizRuntime model holds it for every widget);
 //   loader.js  src/loader.ts, each GraphWidget's `_esm`: finds the runtime model, imports the canvas once.
@@ -36,12 +36,29 @@ const rawPlugin = {
   },
 };
 
+// `import source from "./file.ts?worker"` -> that file bundled on its own (an IIFE script, minified
+// like the shipped files) as a string, to start as a Blob-URL Web Worker.
+const workerPlugin = {
+  name: "worker",
+  setup(build) {
+    build.onResolve({ filter: /\?worker$/ }, async (a) => {
+      const r = await build.resolve(a.path.slice(0, -7), { kind: a.kind, resolveDir: a.resolveDir });
+      if (r.errors.length) return { errors: r.errors };
+      return { path: r.path, namespace: "worker" };
+    });
+    build.onLoad({ filter: /.*/, namespace: "worker" }, async (a) => {
+      const out = await esbuild.build({ entryPoints: [a.path], bundle: true, write: false, metafile: true, format: "iife", minify: true, target: "es2020", legalComments: "none", charset: "utf8", logLevel: "warning" });
+      return { contents: out.outputFiles[0].text, loader: "text", watchFiles: Object.keys(out.metafile?.inputs ?? {}) };
+    });
+  },
+};
+
 const common = {
   absWorkingDir: here,
   bundle: true,
   format: "esm",
   logLevel: "info",
-  plugins: [rawPlugin],
+  plugins: [rawPlugin, workerPlugin],
   loader: { ".css": "text" },
   legalComments: "none",
   charset: "utf8",
