@@ -8,6 +8,7 @@ import { setSelected } from "./selection";
 // A click on a box means open / close (it does not select: a panel popping up on every open would
 // cover the graph). Python can still select a call by setting `selected`.
 export function tapElement(ctx: Core, key: string, kind: string, shift: boolean): void {
+  if (kind === "ghost") return; // a ghost stub takes the pointer for its tooltip only
   for (const f of ctx.features) if (f.click?.(key, kind, shift)) return;
   const id = key.slice(2);
   if (kind === "collapsed") void openCall(ctx, id);

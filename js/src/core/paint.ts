@@ -2,7 +2,7 @@
 // element and handed to `GraphView.paint` (styles only, never a re-layout). Where features overlap,
 // their order in `features/index.ts` decides (see `Decoration`).
 import { addClass } from "../state/classes";
-import { foldedText } from "../state/labels";
+import { foldedText, fullNameText, ghostText } from "../state/labels";
 import type { Paint } from "../view/graphview";
 import type { Core } from "./context";
 import type { Decoration, LegendSpec } from "./feature";
@@ -64,6 +64,18 @@ export function tooltipText(ctx: Core, key: string): string {
   if (key.startsWith("f:")) {
     const item = ctx.view.shown?.items.find((i) => i.key === key);
     if (item?.type === "folded") parts.push(foldedText(item.calls, item.size));
+  }
+  // A ghost stub names its whole source; a label drawn without the module prefix, its full name.
+  if (key.startsWith("g:") || ctx.payload.meta.prefix) {
+    const item = ctx.view.shown?.items.find((i) => i.key === key);
+    if (item?.type === "ghost") parts.push(ghostText(item.ghost));
+    const full =
+      item?.type === "collapsed" || item?.type === "expanded"
+        ? fullNameText(item.call.id, item.prefix)
+        : item?.type === "node" && item.node.kind === "leaf"
+          ? fullNameText(item.node.names.join(", "), item.prefix)
+          : "";
+    if (full) parts.push(full);
   }
   for (const f of ctx.features) {
     const t = f.tooltip?.(key);

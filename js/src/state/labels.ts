@@ -18,10 +18,17 @@ export function nodeTitle(n: GraphNode): string {
   return n.label || n.op || n.id;
 }
 
-/** Two lines: title, then shape (omitted when unknown). */
-export function nodeLabel(n: GraphNode): string {
+/** `name` without the module prefix every name shares (`GraphMeta.prefix`, "" for none); a name that
+ *  is the prefix itself, or lies outside it, stays whole. The details panel and tooltips keep full names. */
+export function shortName(name: string, prefix = ""): string {
+  return prefix && name.startsWith(prefix) && name.length > prefix.length ? name.slice(prefix.length) : name;
+}
+
+/** Two lines: title (a leaf's name without `prefix`), then shape (omitted when unknown). */
+export function nodeLabel(n: GraphNode, prefix = ""): string {
   const shape = formatShape(n.shape);
-  return shape ? nodeTitle(n) + "\n" + shape : nodeTitle(n);
+  const title = n.kind === "leaf" ? shortName(nodeTitle(n), prefix) : nodeTitle(n);
+  return shape ? title + "\n" + shape : title;
 }
 
 /** "1 node", "2 nodes", "16 closed boxes" (the last word gets "es" after s, x, z, ch, sh). */
@@ -30,23 +37,35 @@ export function plural(n: number, word: string): string {
   return `${n} ${word}${/(s|x|z|ch|sh)$/.test(word) ? "es" : "s"}`;
 }
 
-/** A ghost tensor (detached / frozen, forward only): "detach()" or "❄ name", then the shape. */
-export function ghostLabel(g: GhostTensor): string {
-  const title = g.kind === "frozen" ? "❄ " + (g.names[0] || g.label || "frozen") : g.label || "detach()";
-  const shape = formatShape(g.shape);
-  return shape ? title + "\n" + shape : title;
+/** A ghost stub (a detached / frozen tensor, forward only), one short line beside what it feeds:
+ *  "from ❄ h.0.ln_1.weight" or "from detach() in attn.c_attn"; the whole story is in `ghostText`. */
+export function ghostLabel(g: GhostTensor, prefix = ""): string {
+  if (g.kind === "frozen") return "from ❄ " + shortName(g.names[0] || g.label || "frozen", prefix);
+  const what = g.label || "detach()";
+  return g.where ? `from ${what} in ${shortName(g.where, prefix)}` : `from ${what}`;
 }
 
-/** Collapsed box: "blocks.0 (call 2)" then "Block · 42 nodes". */
-export function collapsedLabel(call: ModuleCall, size: number): string {
-  return `▸ ${call.id || call.path}\n${call.type} · ${plural(size, "node")}`;
+/** A ghost stub's tooltip: the full source, its shape, where it left the graph, and what that means. */
+export function ghostText(g: GhostTensor): string {
+  const shape = formatShape(g.shape);
+  const source =
+    g.kind === "frozen"
+      ? `frozen parameter ${g.names.join(", ") || g.label || "(unnamed)"}`
+      : `${g.label || "detach()"} in ${g.where || "(top level)"}`;
+  const at = g.line ? ` at ${g.line}` : "";
+  return `${source}${shape ? " " + shape : ""}${at}: used here in the forward pass, no gradient flows back through it`;
+}
+
+/** Collapsed box: "blocks.0 (call 2)" (without `prefix`) then "Block · 42 nodes". */
+export function collapsedLabel(call: ModuleCall, size: number, prefix = ""): string {
+  return `▸ ${shortName(call.id || call.path, prefix)}\n${call.type} · ${plural(size, "node")}`;
 }
 
 /** Folded stack of repeated calls: "▸ 48 × Block", "blocks.0 … blocks.47", "1,234 nodes". */
-export function foldedLabel(calls: readonly ModuleCall[], size: number): string {
+export function foldedLabel(calls: readonly ModuleCall[], size: number, prefix = ""): string {
   const first = calls[0];
   const last = calls[calls.length - 1];
-  const name = (c: ModuleCall): string => c.id || c.path;
+  const name = (c: ModuleCall): string => shortName(c.id || c.path, prefix);
   return `▸ ${calls.length} × ${first?.type ?? ""}\n${first ? name(first) : ""} … ${last ? name(last) : ""}\n${thousands(size)} ${size === 1 ? "node" : "nodes"}`;
 }
 
@@ -62,9 +81,14 @@ export function thousands(n: number): string {
   return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
 }
 
-/** Expanded box header, drawn above the box. */
-export function expandedLabel(call: ModuleCall): string {
-  return `▾ ${call.id || call.path} · ${call.type}`;
+/** Expanded box header, drawn above the box (its name without `prefix`). */
+export function expandedLabel(call: ModuleCall, prefix = ""): string {
+  return `▾ ${shortName(call.id || call.path, prefix)} · ${call.type}`;
+}
+
+/** Tooltip line of a drawn item whose label was shortened: its full name (empty when nothing was left out). */
+export function fullNameText(name: string, prefix = ""): string {
+  return shortName(name, prefix) === name ? "" : name;
 }
 
 /** Rows for the details panel, as [term, value] pairs. */

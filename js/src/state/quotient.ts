@@ -11,7 +11,7 @@ export const nodeKey = (id: string): string => "n:" + id;
 export const callKey = (id: string): string => "c:" + id;
 export const ghostKey = (id: string): string => "g:" + id;
 
-export type VisibleItem =
+export type VisibleItem = (
   | { key: string; type: "node"; node: GraphNode; parent: string | null }
   /** A collapsed call: one box standing for every node inside it. */
   | { key: string; type: "collapsed"; call: ModuleCall; size: number; parent: string | null }
@@ -20,8 +20,13 @@ export type VisibleItem =
   /** A run of identical sibling calls shown folded: one stacked box standing for every node inside
    *  all of them (`calls` in order, `size` their total node count). */
   | { key: string; type: "folded"; group: FoldGroup; calls: ModuleCall[]; size: number; parent: string | null }
-  /** A detached / frozen tensor seen in the forward pass only: drawn greyed, takes no part in what-if. */
-  | { key: string; type: "ghost"; ghost: GhostTensor; parent: string | null };
+  /** A detached / frozen tensor seen in the forward pass only, drawn as a short greyed stub beside one
+   *  of the items it feeds (`target`, its key): no edge runs back to its source. No part in what-if. */
+  | { key: string; type: "ghost"; ghost: GhostTensor; parent: string | null; target: string }
+) & {
+  /** The module prefix every name shares (GraphMeta.prefix), left out of the drawn label. */
+  prefix?: string;
+};
 
 export interface VisibleEdge {
   key: string;
@@ -149,16 +154,15 @@ export function visibleGraph(
     }
   }
   const edges = aggregateEdges(payload.edges, repOf);
-  const ghosts = ghostItems(payload.ghosts ?? [], repOf, index, expanded, folded);
-  // A ghost of a call that holds no graph node has no box to live in: it is not drawn.
-  const present = new Set([...callItems, ...items].map((i) => i.key));
-  const ghostShown = ghosts.items.filter((g) => g.parent === null || present.has(g.parent));
-  for (const g of ghostShown) present.add(g.key);
-  const ghostEdges = ghosts.edges.filter((e) => present.has(e.source) && present.has(e.target));
+  const parentOf = new Map<string, string | null>();
+  for (const i of [...callItems, ...items]) parentOf.set(i.key, i.parent);
+  const ghosts = ghostItems(payload.ghosts ?? [], repOf, parentOf, index, expanded, folded);
+  const prefix = payload.meta.prefix ?? "";
+  if (prefix) for (const i of [...callItems, ...items, ...ghosts.items]) i.prefix ??= prefix;
   return {
     // Compound parents first: graph libraries want a parent to exist before its children.
-    items: [...callItems, ...items, ...ghostShown],
-    edges: [...edges, ...ghostEdges],
+    items: [...callItems, ...items, ...ghosts.items],
+    edges: [...edges, ...ghosts.edges],
     counts: { nodes, collapsed, expanded: expandedCount, folded: foldedCount, edges: edges.length },
   };
 }
@@ -182,31 +186,44 @@ export function aggregateEdges(edges: readonly GraphEdge[], repOf: ReadonlyMap<s
   return [...byPair.values()];
 }
 
-/** Ghost tensors placed like nodes of their call (hidden into a collapsed box), with dashed edges
- *  source -> ghost -> each target between representatives; self loops dropped, duplicates merged. */
+/** Ghost tensors as stubs: one per item on screen a ghost feeds, in that item's box, with a short dashed
+ *  edge into it (a long edge back to the source crossed every box between; the stub's label names the
+ *  source instead). A ghost hidden in the closed box that also holds its consumer is not drawn. The first
+ *  stub of a ghost is keyed `g:<id>`, the others `g:<id>~<n>`. */
 function ghostItems(
   ghosts: readonly GhostTensor[],
   repOf: ReadonlyMap<string, string>,
+  parentOf: ReadonlyMap<string, string | null>,
   index: CallIndex,
   expanded: ReadonlySet<string>,
   folded: FoldedCalls,
 ): { items: VisibleItem[]; edges: VisibleEdge[] } {
   const items: VisibleItem[] = [];
   const byPair = new Map<string, VisibleEdge>();
-  const link = (s: string | undefined, t: string | undefined): void => {
-    if (s === undefined || t === undefined || s === t) return;
-    const pair = s + "\u0000" + t;
-    const known = byPair.get(pair);
-    if (known) known.count++;
-    else byPair.set(pair, { key: "ge:" + byPair.size, source: s, target: t, count: 1, edges: [], ghost: true });
-  };
   for (const g of ghosts) {
     const call = g.call && index.calls.has(g.call) ? g.call : "";
     const own = ghostKey(g.id);
     const rep = representativeIn(call, own, index, expanded, folded);
-    if (rep === own) items.push({ key: own, type: "ghost", ghost: g, parent: enclosingBox(call ? index.chain.get(call) : undefined, expanded) });
-    if (g.source !== null) link(repOf.get(g.source), rep);
-    for (const t of g.targets) link(rep, repOf.get(t));
+    let stubs = 0;
+    for (const t of g.targets) {
+      const target = repOf.get(t);
+      if (target === undefined || target === rep || !parentOf.has(target)) continue;
+      const pair = g.id + "\u0000" + target;
+      const known = byPair.get(pair);
+      if (known) {
+        known.count++;
+        continue;
+      }
+      const key = stubs === 0 ? own : `${own}~${stubs}`;
+      stubs++;
+      const parent = parentOf.get(target) ?? null;
+      // Named from the box it sits in ("❄ bias" under "ln_2"): a narrow stub stays close to its target.
+      const box = parent ? index.calls.get(parent.slice(2))?.path : undefined;
+      const name = g.kind === "frozen" ? g.names[0] || g.label : g.where;
+      const local = box && name?.startsWith(box + ".") ? { prefix: box + "." } : {};
+      items.push({ key, type: "ghost", ghost: g, parent, target, ...local });
+      byPair.set(pair, { key: "ge:" + byPair.size, source: key, target, count: 1, edges: [], ghost: true });
+    }
   }
   return { items, edges: [...byPair.values()] };
 }

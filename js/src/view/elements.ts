@@ -8,17 +8,18 @@ import { toSegments } from "./segments";
 
 /** The label an item is drawn (and measured) with before any feature decorates it. */
 export function labelOf(item: VisibleItem): string {
+  const prefix = item.prefix ?? "";
   switch (item.type) {
     case "node":
-      return nodeLabel(item.node);
+      return nodeLabel(item.node, prefix);
     case "collapsed":
-      return collapsedLabel(item.call, item.size);
+      return collapsedLabel(item.call, item.size, prefix);
     case "folded":
-      return foldedLabel(item.calls, item.size);
+      return foldedLabel(item.calls, item.size, prefix);
     case "expanded":
-      return expandedLabel(item.call);
+      return expandedLabel(item.call, prefix);
     case "ghost":
-      return ghostLabel(item.ghost);
+      return ghostLabel(item.ghost, prefix);
   }
 }
 

@@ -9,6 +9,7 @@ import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
 import { avoidHeaders, orthogonalRoutes } from "./reroute";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
+import { pullStubs } from "./stubs";
 import type { Theme } from "./theme";
 
 /** Everything drawn over the laid-out graph, merged from what-if, stepper and overlay: applied as
@@ -181,6 +182,7 @@ export class GraphView {
     const layout = await this.layoutOf(graph, laidOut, !!options.incremental);
     if (!layout) return false;
     if (generation !== this.generation) return false;
+    pullStubs(graph, layout.layout, laidOut); // ghost stubs the engine lifted far from their target
     avoidHeaders(graph, layout.layout, laidOut); // ELK's routes too run straight through header text
     this.lastLayoutMs = performance.now() - started;
     this.snapshot = { graph, layout: layout.layout, sizes: laidOut };

@@ -183,7 +183,8 @@ function ghostRules(t: Theme): StylesheetJson {
         "border-width": 1.2,
         color: readable(t.ghost, t.background), // the border fades; the name must still read
         "font-style": "italic",
-        events: "no",
+        // Hover shows the stub's whole source (a click does nothing: clicks.ts).
+        events: "yes",
       },
     },
     {
@@ -206,5 +207,7 @@ export function stylesheet(t: Theme, featureRules: StylesheetJson = []): Stylesh
     // --- The features' rules: the first feature in the list comes last, so it wins. ---
     ...featureRules,
     { selector: "node:selected", style: { "border-color": t.brand, "border-width": 3, "border-style": "solid" } },
+    // A selected NaN/Inf node keeps the legend's magenta; the selection shows as a halo instead.
+    { selector: "node.ov-nan:selected", style: { "border-color": MARK.nan, "underlay-color": t.brand, "underlay-opacity": 0.35, "underlay-padding": 5 } },
   ];
 }
