@@ -57,7 +57,7 @@ TIMED_JS = """async ([what, arg]) => {
   await done;
   await h.idle();
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-  return { ms: performance.now() - t0, atClick, atFrame, items: gv.hook.cy.elements().length };
+  return { ms: performance.now() - t0, atClick, atFrame, items: gv.hook.cy.elements().length, layoutMs: +root.dataset.layoutMs };
 }"""
 
 # What a session accumulates: listeners on the canvas, Cytoscape's style sheet, elements, scratch data.
@@ -176,7 +176,7 @@ def main() -> None:
         for name in ("collapse all", "search -> reveal", "expand all", "collapse all again"):
             x = r[name]
             print(f"  {name:20s} {x['ms']:7.0f} ms  spinner at click {x['atClick']!s:5s} at first frame "
-                  f"{x['atFrame']!s:5s} elements {x['items']}")
+                  f"{x['atFrame']!s:5s} elements {x['items']} (layout {x['layoutMs']} ms)")
             for fn, ms in x.get("top", [])[:5]:
                 print(f"      {ms:7.1f} ms  {fn}")
     print(f"load average {os.getloadavg()[0]:.1f}")
