@@ -10,6 +10,7 @@ is put back (:class:`~gradviz_nb.doctor.state.TrainingState`), also when the ste
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -159,7 +160,7 @@ def _nan_origin(step: Callable[[], Any], model: nn.Module, saved: TrainingState,
     return Finding("nan-origin", f"{found.op} in {where}", f"{found.kind} born in the {found.phase} pass: "
                    f"{found.cause}", "; ".join(line.strip() for line in found.summary().splitlines()),
                    _NAN_FIX.get(found.cause, "guard the op's input (clamp, add an epsilon, or mask before it)"),
-                   bad.index, _call_node(bad, found.module))
+                   bad.index, _origin_node(bad, found.module, found.node or found.op))
 
 
 _NAN_FIX = {
@@ -170,6 +171,25 @@ _NAN_FIX = {
     "exp overflow": "subtract the max before exp (torch.softmax / logsumexp do it for you)",
     "sqrt of a negative": "clamp before sqrt: torch.sqrt(x.clamp_min(0) + eps)",
 }
+
+
+def _op_base(op: str) -> str:
+    """``aten.log.default`` / ``LogBackward0`` -> ``log``: the op's name as forward and backward share it."""
+    if op.startswith("aten."):
+        op = op.split(".")[1]
+    return re.sub(r"Backward\d*$", "", op).replace("_", "").lower()
+
+
+def _origin_node(rec: StepRecord, path: str, op: str) -> str:
+    """The traced node of the op where the NaN/Inf was born: the one node of module ``path`` with that op
+    (its grad_fn for a backward birth); its module box when there are several or none."""
+    if rec.graph is not None:
+        base = _op_base(op)
+        hits = [n for n, d in rec.graph.nx.nodes(data=True)
+                if d.get("kind") == "op" and d.get("module", "") == path and _op_base(str(d.get("op", ""))) == base]
+        if len(hits) == 1:
+            return str(hits[0])
+    return _call_node(rec, path)
 
 
 def _call_node(rec: StepRecord, path: str) -> str:

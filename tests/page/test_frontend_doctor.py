@@ -64,3 +64,82 @@ def test_findings_listed_marked_and_revealed_by_a_click(browser: Any, tmp_path: 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     p.page.screenshot(path=str(SCREENSHOTS / "doctor_findings.png"))
     assert p.errors == []
+
+
+class _LogHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.log(torch.relu(self.fc(h)))  # log(0) where relu cuts
+
+
+def _nan_diagnosis() -> gv.Diagnosis:
+    """A forward log(0) in module 'head' (the zoo's doctor-nan-origin), and zero_grad called between
+    backward and step: a finding about the loop, with no node."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential()
+    model.add_module("body", torch.nn.Linear(8, 16))
+    model.add_module("head", _LogHead())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(3))
+
+    def step() -> None:
+        model(x).mean().backward()
+        opt.zero_grad()  # the second bug: between backward and step
+        opt.step()
+
+    return gv.doctor(step, model, opt)
+
+
+IN_VIEW_JS = """(k) => {
+  const cy = gv.hook.cy, n = cy.$id(k);
+  if (n.empty()) return null;
+  const b = n.renderedBoundingBox(), w = cy.width(), h = cy.height();
+  return { inside: b.x1 >= 0 && b.y1 >= 0 && b.x2 <= w && b.y2 <= h, selected: n.hasClass('selected') || n.selected(),
+           nan: n.hasClass('ov-nan'), border: n.style('border-color') };
+}"""
+LEGEND_NAN_JS = """() => {
+  const sw = document.querySelector('[data-testid=gradviz-legend] [data-kind=nan] .gradviz-sw');
+  return sw ? getComputedStyle(sw).borderTopColor : null;
+}"""
+
+
+@pytest.mark.parametrize("width", [1000, 1400, 1920])
+def test_nan_origin_finding_goes_to_its_node_with_the_legends_mark(browser: Any, tmp_path: Path, width: int) -> None:
+    dx = _nan_diagnosis()
+    nan = next(f for f in dx.findings if f.kind == "nan-origin")
+    assert dx.graph is not None
+    g = dx.graph.nx
+    log = [n for n, d in g.nodes(data=True) if d["op"] == "LogBackward0"]
+    assert nan.target.startswith("aten.log") and nan.node == log[0], (nan, log)  # the op, not its box
+    loop = [f for f in dx.findings if not f.node]
+    assert loop, [(f.kind, f.node) for f in dx.findings]
+    widget = gv.GraphWidget(dx, height=460)
+    state = {**exported_state(widget), "expanded": []}  # the Log node hidden in the closed 'head' box
+    p = MountedPage(browser, tmp_path, state, viewport=(width + 40, 760), width=width)
+    p.page.wait_for_selector("[data-testid=gradviz-findings]:not([hidden])")
+    i = dx.findings.index(nan)
+    p.page.locator(f"[data-testid=gradviz-finding-{i}]").click()
+    p.page.wait_for_function("(id) => gv.model.get('selected') === id", arg=nan.node, timeout=10000)
+    p.js("() => gv.hook.idle()")
+    seen = p.js(IN_VIEW_JS, "n:" + nan.node)
+    assert seen and seen["inside"] and seen["nan"], seen
+    # The legend's NaN / Inf swatch is the colour the node is drawn with (magenta).
+    legend = str(p.js(LEGEND_NAN_JS)).replace(" ", "")
+    assert legend == seen["border"] == "rgb(213,0,249)", (legend, seen)
+    # The findings list lies beside or under the graph, never over it.
+    findings = p.page.locator("[data-testid=gradviz-findings]").bounding_box()
+    canvas = p.page.locator("[data-testid=gradviz-canvas]").bounding_box()
+    assert findings and canvas
+    assert findings["x"] + findings["width"] <= canvas["x"] + 1 or findings["y"] >= canvas["y"] + canvas["height"] - 1
+    assert canvas["width"] >= 480, canvas
+    # A finding with no node says where it applies.
+    j = dx.findings.index(loop[0])
+    applies = p.page.locator(f"[data-testid=gradviz-finding-applies-{j}]")
+    text = applies.inner_text()
+    assert applies.is_visible() and text.startswith("not on the graph: applies to "), text
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / f"doctor-nan-{width}.png"))
+    assert p.errors == []

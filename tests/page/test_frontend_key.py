@@ -1,6 +1,8 @@
 """The key: what blue leaves, grey ops, the bold root, dashed and double-bordered
-boxes, ghosts and "×2" edges mean. Hidden by default, a "?" opens it, and its swatches are drawn in the
-colours the canvas really uses, in the light and the dark theme (switched live)."""
+boxes, ghosts and "×2" edges mean. Hidden by default, a "?" in the toolbar opens it (also while the
+details panel is open: nothing covers the "?", and the key sits beside the panel), a click on the canvas
+closes it and still selects what it hit, and its swatches are drawn in the colours the canvas really
+uses, in the light and the dark theme (switched live)."""
 
 from __future__ import annotations
 
@@ -70,11 +72,12 @@ def test_key_is_hidden_opens_and_uses_the_canvas_colours(browser: Any, tmp_path:
     assert "bold" in text["root"] and "loss" in text["root"]
     assert "dashed box" in text["collapsed"] and "double border" in text["folded"]
     assert "ghost" in text["ghost"] and "detached or frozen" in text["ghost"] and "×2" in text["edge-many"]
-    # The key is not drawn over the canvas's other corners: not over the legend (bottom left), nor the
-    # details panel (top right).
+    # The "?" is a toolbar button; the key opens in the canvas's top-right corner, clear of the legend
+    # (bottom left).
+    assert p.js("() => !!document.querySelector('[data-testid=gradviz-toolbar] [data-testid=gradviz-key-toggle]')")
     box = key.bounding_box()
     canvas = p.page.locator("[data-testid=gradviz-canvas]").bounding_box()
-    assert box and canvas and box["x"] > canvas["x"] + canvas["width"] / 2 and box["y"] > canvas["y"] + 20
+    assert box and canvas and box["x"] > canvas["x"] + canvas["width"] / 2 and box["y"] < canvas["y"] + 20
 
     def check_colours(theme: str) -> dict[str, Any]:
         colours: dict[str, Any] = p.js(COLOURS_JS)
@@ -105,5 +108,50 @@ def test_key_is_hidden_opens_and_uses_the_canvas_colours(browser: Any, tmp_path:
     p.page.keyboard.press("?")
     assert key.is_visible()
     p.page.keyboard.press("?")
+    assert key.is_hidden()
+    assert p.errors == []
+
+
+def overlap(a: dict[str, float] | None, b: dict[str, float] | None) -> float:
+    assert a and b
+    w = min(a["x"] + a["width"], b["x"] + b["width"]) - max(a["x"], b["x"])
+    h = min(a["y"] + a["height"], b["y"] + b["height"]) - max(a["y"], b["y"])
+    return max(0.0, w) * max(0.0, h)
+
+
+@pytest.mark.parametrize("width", [1400, 700])
+def test_key_opens_beside_the_details_and_a_canvas_click_closes_it(browser: Any, tmp_path: Path, width: int) -> None:
+    payload = load_fixture("whatif_ghosts.json")
+    ops = [n["id"] for n in payload["nodes"] if n["kind"] == "op"]
+    state = {"graph_data": payload, "expanded": ["enc", "enc.fc1", "enc.fc2"], "height": 520,
+             "toggles": {"detach": [], "freeze": []}, "selected": ops[0]}
+    p = MountedPage(browser, tmp_path, state, viewport=(width + 40, 700), width=width)
+    details = p.page.locator("[data-testid=gradviz-details]")
+    key = p.page.locator("[data-testid=gradviz-key]")
+    assert details.is_visible()
+    p.page.locator("[data-testid=gradviz-key-toggle]").click()  # a real click: nothing lies over the "?"
+    assert key.is_visible()
+    assert overlap(key.bounding_box(), details.bounding_box()) == 0, (key.bounding_box(), details.bounding_box())
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / f"key-with-details-{width}.png"))
+    # A click on a node the key does not cover: the key closes and the node is selected.
+    covers = [key.bounding_box(), details.bounding_box()]
+
+    def clear(node: str) -> bool:
+        pt = p.js("(id) => gv.hook.nodePoint(id)", node)
+        return bool(pt) and all(overlap({"x": pt["x"], "y": pt["y"], "width": 1, "height": 1}, c) == 0 for c in covers)
+
+    target = next((n for n in ops[1:] if clear(n)), None)
+    assert target, "no node clear of the key and the details"
+    point = p.js("(id) => gv.hook.nodePoint(id)", target)
+    p.page.mouse.click(point["x"], point["y"])
+    p.page.wait_for_function("(id) => gv.model.get('selected') === id", arg=target, timeout=5000)
+    assert key.is_hidden()
+    # A click on the background closes it too.
+    p.page.locator("[data-testid=gradviz-key-toggle]").click()
+    assert key.is_visible()
+    canvas = p.page.locator("[data-testid=gradviz-canvas]").bounding_box()
+    assert canvas
+    p.page.mouse.click(canvas["x"] + 4, canvas["y"] + canvas["height"] - 4)
     assert key.is_hidden()
     assert p.errors == []

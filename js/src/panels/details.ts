@@ -1,5 +1,6 @@
-// Side panel with the selected node's or module call's facts. Text only, never HTML.
-import { h } from "./dom";
+// Side panel with the selected node's or module call's facts. Text only, never HTML; names break only
+// after "." and "_" (`breakable`).
+import { breakable, h } from "./dom";
 
 /** A button in a details row: pressing it runs `run` (e.g. asks Python a question). */
 export interface RowAction {
@@ -20,10 +21,10 @@ export interface DetailsPanel {
 
 function value(row: DetailRow): HTMLElement {
   const [, text, action] = row;
-  if (!action) return h("dd", {}, text);
+  if (!action) return h("dd", {}, ...breakable(text));
   const button = h("button", { type: "button", class: "gradviz-row-action", title: action.title, "data-testid": action.testid }, action.label);
   button.addEventListener("click", () => action.run());
-  return h("dd", {}, ...(text ? [h("span", {}, text), " "] : []), button);
+  return h("dd", {}, ...(text ? [h("span", {}, ...breakable(text)), " "] : []), button);
 }
 
 /** `onShown(on)` runs when the panel appears or goes (the canvas makes room for it). */
@@ -37,7 +38,7 @@ export function createDetails(onClose: () => void, onShown: (on: boolean) => voi
   return {
     element,
     show(text, rows) {
-      title.textContent = text;
+      title.replaceChildren(...breakable(text));
       list.replaceChildren(...rows.flatMap((row) => [h("dt", {}, row[0]), value(row)]));
       if (element.hidden) {
         element.hidden = false;

@@ -1,7 +1,9 @@
-// The doctor's findings beside the graph: one row per finding (kind, target, what is wrong); a click
-// reveals its node or box on the graph and unfolds the evidence and the fix under the row.
+// The doctor's findings beside the graph: one row per finding (kind, target, what is wrong, and where it
+// applies when it has no node); a click reveals its node or box on the graph and unfolds the evidence
+// and the fix under the row.
 import type { DoctorFinding } from "../../payload";
 import { h, setText } from "../../panels/dom";
+import { appliesText } from "./state";
 
 export interface FindingsPanel {
   element: HTMLElement;
@@ -29,9 +31,12 @@ export function createFindingsPanel(pick: (node: string) => void): FindingsPanel
     setText(fix, `fix: ${f.fix}`);
     const more = h("div", { class: "gradviz-finding-more" }, evidence, fix);
     more.hidden = true;
+    const where = appliesText(f);
+    const applies = h("span", { class: "gradviz-finding-applies", "data-testid": `gradviz-finding-applies-${i}` }, where);
+    applies.hidden = !where;
     const button = h("button", { type: "button", class: "gradviz-finding", "data-testid": `gradviz-finding-${i}` },
-      kind, target, message);
-    button.title = f.node ? "show it on the graph" : "not on the graph: see the evidence";
+      kind, target, message, applies);
+    button.title = f.node ? "show it on the graph" : `${where}: see the evidence`;
     button.addEventListener("click", () => {
       for (const r of rows) r.classList.toggle("gradviz-finding-active", r === item);
       for (const m of list.querySelectorAll<HTMLElement>(".gradviz-finding-more")) m.hidden = m !== more;

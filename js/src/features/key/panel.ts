@@ -1,5 +1,6 @@
-// The key's DOM: a small "?" button in the canvas's bottom-right corner and, when open, the list of
-// entries with their swatches (inline SVG, so no font is needed). Text only, never HTML.
+// The key's DOM: a small "?" button for the toolbar and, when open, the list of entries with their
+// swatches (inline SVG, so no font is needed) in the canvas's top-right corner, beside any side panel.
+// Text only, never HTML.
 import { h, setText } from "../../panels/dom";
 import type { KeyEntry, Swatch } from "./entries";
 
@@ -84,16 +85,15 @@ export function createKeyPanel(): KeyPanel {
 }
 
 export const KEY_CSS = `
-.gradviz-root .gradviz-key-toggle {
-  position: absolute; right: 8px; bottom: 8px; z-index: 2; width: 22px; height: 22px; padding: 0;
-  border-radius: 50%; border: 1px solid var(--gv-border); background: var(--gv-panel); color: var(--gv-fg2);
-  font: inherit; font-size: 12px; font-weight: 700; line-height: 1; cursor: pointer;
-  box-shadow: 0 1px 3px rgba(0, 0, 0, 0.15);
+.gradviz-root .gradviz-toolbar button.gradviz-key-toggle {
+  width: 22px; height: 22px; padding: 0; border-radius: 50%; color: var(--gv-fg2); font-weight: 700; line-height: 1;
 }
-.gradviz-root .gradviz-key-toggle:hover, .gradviz-root .gradviz-key-on { color: var(--gv-brand); border-color: var(--gv-brand); }
+.gradviz-root .gradviz-toolbar button.gradviz-key-toggle:hover, .gradviz-root .gradviz-toolbar button.gradviz-key-on {
+  color: var(--gv-brand); border-color: var(--gv-brand);
+}
 .gradviz-root .gradviz-key {
-  position: absolute; right: 8px; bottom: 36px; z-index: 2; width: 330px; max-width: calc(100% - 16px);
-  max-height: calc(100% - 44px); overflow: auto; padding: 6px 8px; font-size: 11px; line-height: 1.3;
+  position: absolute; right: 8px; top: 8px; z-index: 4; width: 330px; max-width: calc(100% - 16px);
+  max-height: calc(100% - 16px); overflow: auto; padding: 6px 8px; font-size: 11px; line-height: 1.3;
   background: var(--gv-panel); color: var(--gv-fg); border: 1px solid var(--gv-border); border-radius: 4px;
   box-shadow: 0 2px 8px rgba(0, 0, 0, 0.15);
 }
@@ -104,5 +104,9 @@ export const KEY_CSS = `
 .gradviz-root .gradviz-key-list { list-style: none; margin: 0; padding: 0; }
 .gradviz-root .gradviz-key-row { display: flex; align-items: center; gap: 6px; margin: 1px 0; }
 .gradviz-root .gradviz-key-swatch { flex: none; }
-.gradviz-root .gradviz-with-side .gradviz-key-toggle, .gradviz-root .gradviz-with-side .gradviz-key { right: 348px; }
+/* Beside a side panel, never over it (styles.css moves the panels under the canvas when narrow). */
+.gradviz-root .gradviz-with-details .gradviz-key { right: 308px; }
+.gradviz-root .gradviz-with-side .gradviz-key { right: 348px; }
+@container (max-width: 840px) { .gradviz-root .gradviz-with-side .gradviz-key { right: 8px; } }
+@container (max-width: 800px) { .gradviz-root .gradviz-with-details .gradviz-key { right: 8px; } }
 `;
