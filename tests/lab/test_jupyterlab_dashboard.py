@@ -17,8 +17,17 @@ DASHBOARD_CELLS = [
 import torch, gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss, add_lora
 torch.manual_seed(0)
-model = add_lora(GPT2(GPT2Config.small_test()))
-attn = model.blocks[1].attn
+class PeftLike(torch.nn.Module):  # names as peft gives them (base_model.model.<layer>), its forward bypassed
+    def __init__(self, inner):
+        super().__init__()
+        self.base_model = torch.nn.Module()
+        self.base_model.model = inner
+        self.config = inner.config
+    wte = property(lambda self: self.base_model.model.wte)
+    def forward(self, *args):
+        return self.base_model.model(*args)
+model = PeftLike(add_lora(GPT2(GPT2Config.small_test())))
+attn = model.base_model.model.blocks[1].attn
 original = attn.forward
 attn.forward = lambda h: original(h).detach()
 with gv.capture(model) as cap:
@@ -97,6 +106,25 @@ FLAG_MARKS_JS = """() => {
     }
     return null;
 }"""
+# Where Bokeh draws a hover tooltip (inside nested shadow roots): the rectangle of each one on screen.
+TOOLTIPS_JS = """() => {
+    const found = [];
+    const walk = (node) => {
+        for (const el of node.querySelectorAll('*')) {
+            if (/tooltip/i.test(el.className && el.className.baseVal === undefined ? el.className : '')) {
+                const r = el.getBoundingClientRect();
+                if (r.height > 0 && getComputedStyle(el).display !== 'none') found.push({top: r.top, bottom: r.bottom});
+            }
+            if (el.shadowRoot) walk(el.shadowRoot);
+        }
+    };
+    walk(document);
+    return found;
+}"""
+# Every box label drawn on the canvas, first line only.
+BOX_LABELS_JS = """() => document.querySelector('.gradviz-root').__gradviz.cy
+    .nodes('[kind = "expanded"], [kind = "collapsed"]').map((n) => n.data('label').split('\\n')[0])"""
+ADAPTER = "base_model.model.blocks.0.attn.c_attn"
 DASH_FIGURES = ["norm_bars", "histograms"]
 MONITOR_FIGURES = ["monitor_heatmap", "monitor_lines"]
 
@@ -156,14 +184,14 @@ def test_dashboard_in_jupyterlab_offline_and_linked(tmp_path: object) -> None:
             render_s = time.monotonic() - t0
             # a real click on the bar of the adapter in blocks.0 selects its module in the graph (via Python)
             nb.activate_cell(3)
-            point = page.evaluate(BAR_POINT_JS, ["norm_bars", "blocks.0.attn.c_attn"])
+            point = page.evaluate(BAR_POINT_JS, ["norm_bars", ADAPTER])
             assert point is not None
             nb.cell(0).scroll_into_view_if_needed()
-            point = page.evaluate(BAR_POINT_JS, ["norm_bars", "blocks.0.attn.c_attn"])
+            point = page.evaluate(BAR_POINT_JS, ["norm_bars", ADAPTER])
             page.mouse.click(point[0], point[1])
-            selected = nb.poll(lambda: "blocks.0.attn.c_attn" in (t := nb.run_cell(3)) and t,
+            selected = nb.poll(lambda: ADAPTER in (t := nb.run_cell(3)) and t,
                                timeout=20, what="the tap reached Python")
-            assert "SELECTED 'blocks.0.attn.c_attn' ['blocks.0.attn.c_attn']" in selected
+            assert f"SELECTED '{ADAPTER}' ['{ADAPTER}']" in selected
             # the graph half of the dashboard (a GraphWidget rendered inside an ipywidgets Box) is drawn too
             nb.wait_in_output(0, ".gradviz-root .gradviz-canvas canvas")
             page.evaluate("async () => document.querySelector('.gradviz-root').__gradviz.idle()")
@@ -171,6 +199,18 @@ def test_dashboard_in_jupyterlab_offline_and_linked(tmp_path: object) -> None:
             graph_w = page.evaluate("() => document.querySelector('.gradviz-root').getBoundingClientRect().width")
             out_w = nb.cell(0).locator(".jp-OutputArea-output").last.bounding_box()["width"]
             assert graph_w >= 0.9 * out_w, (graph_w, out_w)
+            # box headers leave out the prefix every module shares ("base_model.model."); the wrapper keeps it
+            headers = page.evaluate(BOX_LABELS_JS)
+            assert "▾ base_model.model · GPT2" in headers and "▾ blocks.0 · Block" in headers, headers
+            assert not any("base_model.model." in h for h in headers), headers
+            # a hover on the top bar opens its tooltip below the pointer, never up over the graph
+            nb.cell(0).scroll_into_view_if_needed()
+            point = page.evaluate(BAR_POINT_JS, ["norm_bars", ADAPTER])
+            page.mouse.move(point[0], point[1])
+            tips = nb.poll(lambda: page.evaluate(TOOLTIPS_JS), timeout=10, what="the bar's hover tooltip")
+            graph_bottom = page.evaluate("() => document.querySelector('.gradviz-root').getBoundingClientRect().bottom")
+            assert all(t["top"] >= point[1] - 1 and t["top"] >= graph_bottom for t in tips), (tips, point, graph_bottom)
+            page.mouse.move(0, 0)
             lines = [f"\nbokeh roots {rendered}, render {render_s:.1f} s, graph {graph_w:.0f}/{out_w:.0f} px"]
             from gradviz_nb.widgets.chart_theme import THEMES
 

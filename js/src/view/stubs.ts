@@ -1,6 +1,6 @@
 // Ghost stubs beside what they feed, whatever the layout engine did with them. A stub is a source with one
-// edge, yet ELK lifted some several layers above their target (seen: two "from ❄ wte.weight" stubs 1,000 px
-// over the add they feed, their dashed edges running down a column of ops). After layout each stub whose
+// edge, yet the layout lifted some several layers above their target (seen on a LoRA GPT-2: two "from ❄
+// wte.weight" stubs 1,000 px over the add they feed, dashed edges down a column of ops). After layout each stub whose
 // edge is long moves just above its target, else beside it, to the first spot that is free of other
 // items and routes and inside its box; its edge becomes one short straight piece. Pure data: node-tested.
 import type { VisibleGraph, VisibleItem } from "../state/quotient";
