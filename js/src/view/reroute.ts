@@ -94,7 +94,8 @@ function jog(a: Point, b: Point, h: Rect): Point[] | null {
   const above = Math.max(a.y, h[1] - 8); // orthogonalRoutes' crossing height: one straight run
   const below = h[3] + 6;
   if (above >= h[1] || b.y < below + 1) return null;
-  const side = a.x - h[0] <= h[2] - a.x ? h[0] + 2 : h[2] - 2;
+  // Just outside the label's room, still inside the box's side padding (BOX_PADDING.side wide).
+  const side = a.x - h[0] <= h[2] - a.x ? h[0] - 4 : h[2] + 4;
   return [a, { x: a.x, y: above }, { x: side, y: above }, { x: side, y: below }, { x: a.x, y: below }, b];
 }
 
