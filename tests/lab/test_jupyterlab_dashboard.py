@@ -106,19 +106,20 @@ FLAG_MARKS_JS = """() => {
     }
     return null;
 }"""
-# Where Bokeh draws a hover tooltip (inside nested shadow roots): the rectangle of each one on screen.
+# Where Bokeh draws a hover tooltip (only Bokeh draws inside shadow roots here): each one's rectangle on screen.
 TOOLTIPS_JS = """() => {
     const found = [];
-    const walk = (node) => {
+    const walk = (node, shadow) => {
         for (const el of node.querySelectorAll('*')) {
-            if (/tooltip/i.test(el.className && el.className.baseVal === undefined ? el.className : '')) {
+            const cls = typeof el.className === 'string' ? el.className : '';
+            if (shadow && /tooltip/i.test(cls)) {
                 const r = el.getBoundingClientRect();
                 if (r.height > 0 && getComputedStyle(el).display !== 'none') found.push({top: r.top, bottom: r.bottom});
             }
-            if (el.shadowRoot) walk(el.shadowRoot);
+            if (el.shadowRoot) walk(el.shadowRoot, true);
         }
     };
-    walk(document);
+    walk(document, false);
     return found;
 }"""
 # Every box label drawn on the canvas, first line only.
