@@ -127,3 +127,48 @@ def test_a_leaf_without_a_saved_answer_says_so(browser: Any, tmp_path: Path) -> 
     p.page.wait_for_function(LOADED_JS, timeout=30000)
     assert ["value", NOT_SAVED] in p.js(ROWS_JS)
     assert p.errors == []
+
+
+# Per text part of an element (the text between <wbr>s): how many lines it is drawn on, and its text.
+PART_LINES_JS = """(sel) => {
+  const el = document.querySelector(sel);
+  const out = [];
+  for (const node of el.childNodes) {
+    if (node.nodeType !== 3 || !node.textContent) continue;
+    const r = document.createRange();
+    r.selectNodeContents(node);
+    const tops = new Set([...r.getClientRects()].map((q) => Math.round(q.top)));
+    out.push([node.textContent, tops.size]);
+  }
+  return { parts: out, height: el.getBoundingClientRect().height,
+           line: parseFloat(getComputedStyle(el).lineHeight) || 16 };
+}"""
+LONG = "encoder.layers.11.self_attention.query_key_value.lora_A.default.weight"
+
+
+@pytest.mark.parametrize("width", [1000, 1400, 1920])
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_long_names_break_only_after_dots_and_underscores(browser: Any, tmp_path: Path, theme: str, width: int) -> None:
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config.small_test())
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model)
+    g = gv.trace(loss, model=model, capture=cap)
+    payload = graph_payload(g)
+    leaf = g.find("blocks.0.mlp.c_fc.weight")
+    node = next(n for n in payload["nodes"] if n["id"] == leaf)
+    node["names"] = [LONG]  # a name longer than the panel is wide
+    state = {"graph_data": payload, "expanded": [], "height": 560, "selected": leaf}
+    p = MountedPage(browser, tmp_path, state, viewport=(width + 40, 720), width=width)
+    if theme == "dark":
+        p.js(SET_THEME_JS, DARK)
+    p.page.wait_for_function(TITLE_IS_JS, arg=LONG, timeout=10000)
+    title = p.js(PART_LINES_JS, "[data-testid=gradviz-details-title]")
+    parts = [t for t, _ in title["parts"]]
+    assert "".join(parts) == LONG and parts[:3] == ["encoder.", "layers.", "11."], parts
+    assert title["height"] > 1.5 * title["line"], title  # it wraps ...
+    assert all(lines == 1 for _, lines in title["parts"]), title  # ... but never inside a part
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SCREENSHOTS / f"details-names-{theme}-{width}.png"
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(shot))
+    assert p.errors == []

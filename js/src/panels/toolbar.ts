@@ -80,8 +80,8 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     button("PNG", "gradviz-png", "Download the whole graph as a PNG image", actions.savePNG),
     button("SVG", "gradviz-svg", "Download the whole graph as an SVG image", actions.saveSVG),
     tools,
-    zoom,
     counts,
+    zoom,
   );
   const info = h("div", { class: "gradviz-info", "data-testid": "gradviz-notes" });
   info.hidden = true;
@@ -95,7 +95,10 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     status,
     info,
     message,
-    setCounts: (text) => setText(counts, text),
+    setCounts(text) {
+      setText(counts, text);
+      counts.title = text; // the line may cut it short
+    },
     setNotes(notes, nodes = Infinity) {
       const shown = notesToShow(notes, nodes);
       info.replaceChildren(...shown.map((n) => h("p", {}, n)));
