@@ -10,8 +10,10 @@ Run from the repository root (needs the built bundle, Playwright and Chromium at
 Two pages of the same widget state (GPT-2 124M, batch 1, seq 64, the stack of blocks unfolded):
 
 - fresh: open blocks.3, then the timed actions;
-- session: 10 opens by mouse click (blocks.0 .. blocks.9), each followed by a click on a node inside it so
-  the details panel is shown, then the same timed actions.
+- session: 10 opens by mouse click (blocks.0 .. blocks.9; with ``--nested`` each block's attn and mlp
+  too), each followed by a click on a node inside it so the details panel is shown, then the same actions;
+- same view at mount: the session's open boxes as the ``expanded`` trait at mount (no history), then the
+  same actions: a session slower than this page carries something from its history.
 
 Timed actions, each from the click (a DOM ``click()`` on the toolbar button, or the hook call) to the view
 drawn (``idle()`` plus two animation frames), in the page's ``performance.now()``:
@@ -57,7 +59,8 @@ TIMED_JS = """async ([what, arg]) => {
   await done;
   await h.idle();
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-  return { ms: performance.now() - t0, atClick, atFrame, items: gv.hook.cy.elements().length, layoutMs: +root.dataset.layoutMs };
+  const items = gv.hook.cy.elements().length;
+  return { ms: performance.now() - t0, atClick, atFrame, items, layoutMs: +root.dataset.layoutMs };
 }"""
 
 # What a session accumulates: listeners on the canvas, Cytoscape's style sheet, elements, scratch data.
@@ -116,9 +119,11 @@ def timed(page: Any, what: str, arg: str, cdp: Any, out: Path | None, tag: str) 
     return r
 
 
-def run(browser: Any, state: dict[str, Any], opens: list[str], profile: Path | None, tag: str) -> dict[str, Any]:
+def run(browser: Any, state: dict[str, Any], opens: list[str], profile: Path | None, tag: str,
+        preopened: list[str] | None = None) -> dict[str, Any]:
     from pagekit import MountedPage
 
+    state = {**state, "expanded": preopened or []}
     page = MountedPage(browser, Path(tempfile.mkdtemp()), state, viewport=(1240, 900), width=1200)
     p = page.page
     cdp = None
@@ -150,6 +155,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--state", type=Path, default=None, help="page state JSON to reuse (written when missing)")
     ap.add_argument("--opens", type=int, default=10)
+    ap.add_argument("--nested", action="store_true", help="each open also opens the block's attn and mlp")
     ap.add_argument("--profile", type=Path, default=None, help="folder for .cpuprofile files (and top functions)")
     ap.add_argument("--bundle", type=Path, default=None, help="another widget.js (an unminified build names functions)")
     args = ap.parse_args()
@@ -168,12 +174,15 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--enable-precise-memory-info"])
+        opens = [c for b in OPENS[: args.opens] for c in ([b, f"{b}.attn", f"{b}.mlp"] if args.nested else [b])]
         runs = {"fresh": run(browser, state, ["blocks.3"], args.profile, "fresh"),
-                f"after {args.opens} opens": run(browser, state, OPENS[: args.opens], args.profile, "session")}
+                f"after {len(opens)} opens": run(browser, state, opens, args.profile, "session"),
+                # The same view drawn at mount, without the history: what is left is the view's own cost.
+                f"same view at mount ({len(opens)} open)": run(browser, state, [], args.profile, "same", opens)}
         browser.close()
     for tag, r in runs.items():
         print(f"\n{tag}: {r['before']} -> {r['after']}" + (f"  errors: {r['errors']}" if r["errors"] else ""))
-        for name in ("collapse all", "search -> reveal", "expand all", "collapse all again"):
+        for name, _, _ in ACTIONS:
             x = r[name]
             print(f"  {name:20s} {x['ms']:7.0f} ms  spinner at click {x['atClick']!s:5s} at first frame "
                   f"{x['atFrame']!s:5s} elements {x['items']} (layout {x['layoutMs']} ms)")

@@ -236,8 +236,11 @@ CLICK_SPINNER_JS = """async (testid) => {
   let atFrame = null;
   requestAnimationFrame(() => { atFrame = !spinner.hidden; });
   const t0 = performance.now();
-  root.querySelector(`[data-testid=${testid}]`).click();
+  // A toolbar button, or "reveal:<id>" (a search pick): bring that node or box on screen.
+  const done = testid.startsWith('reveal:') ? gv.hook.reveal(testid.slice(7))
+    : root.querySelector(`[data-testid=${testid}]`).click();
   const atClick = !spinner.hidden;
+  await done;
   await gv.hook.idle();
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
   return { atClick, atFrame, ms: performance.now() - t0, after: !spinner.hidden, items: gv.hook.cy.nodes().length };
@@ -256,13 +259,16 @@ def big_payload() -> dict[str, Any]:
 
 def test_spinner_shows_from_the_click_of_expand_and_collapse_all(browser: Any, tmp_path: Path,
                                                                   big_payload: dict[str, Any]) -> None:
-    """Expand all and Collapse all on a big graph: the spinner is up in the first frame after the click (set
-    before any work is scheduled), and down once the view is drawn."""
+    """Expand all, Collapse all and a search pick's reveal on a big graph: the spinner is up in the first frame
+    after the click (set before any work is scheduled), and down once the view is drawn."""
     p = MountedPage(browser, tmp_path, {"graph_data": big_payload, "height": 700})
     expand = p.js(CLICK_SPINNER_JS, "gradviz-expand-all")
     assert expand["items"] > 500, expand
     collapse = p.js(CLICK_SPINNER_JS, "gradviz-collapse-all")
-    print(f"\nExpand all {expand['ms']:.0f} ms, Collapse all {collapse['ms']:.0f} ms ({expand['items']} nodes)")
-    for r in (expand, collapse):
+    reveal = p.js(CLICK_SPINNER_JS, "reveal:blocks.7.mlp")
+    assert p.js("() => gv.hook.cy.getElementById('c:blocks.7.mlp').nonempty()")
+    print(f"\nExpand all {expand['ms']:.0f} ms, Collapse all {collapse['ms']:.0f} ms, reveal {reveal['ms']:.0f} ms"
+          f" ({expand['items']} nodes)")
+    for r in (expand, collapse, reveal):
         assert r["atClick"] and r["atFrame"] and not r["after"], r
     assert p.errors == []

@@ -22,13 +22,12 @@ export interface ChangeOptions {
   fromTrait?: boolean;
   /** First view of a payload: drawn even if nothing changed; the initial cap applies. */
   initial?: boolean;
-  /** The change may take over 150 ms: the spinner says so from the click on (default: when the view
-   *  drawn now is big, SLOW_VIEW). */
+  /** Heavy on the main thread: the first frame after the click is left to paint the spinner before the
+   *  work starts (default: a view over SLOW_VIEW items, an unfold, or several boxes opened at once). */
   slow?: boolean;
 }
 
-/** Items drawn above which an open, close or reveal is announced at the click: on GPT-2 124M a change
- *  of a view this big took 150 ms or more on two busy cores (benchmarks/bench_session.py). */
+/** Items drawn above which a change yields a frame for the spinner before its work. */
 const SLOW_VIEW = 300;
 /** Changes queued and not finished, per core: the last one to finish takes the spinner down. */
 const queued = new WeakMap<Core, number>();
@@ -54,9 +53,13 @@ export async function ensureLoaded(ctx: Core, calls: string[]): Promise<boolean>
 /** Change what is open, in order with other changes: the cap is checked on the would-be counts
  *  (no layout), missing contents are loaded, then the view is laid out. Resolves true when drawn. */
 export function change(ctx: Core, step: (cur: Disclosure) => Disclosure, options: ChangeOptions): Promise<boolean> {
-  const slow = options.slow ?? drawnItems(ctx.counts) > SLOW_VIEW;
-  // Set before any work is scheduled, so the first frame after the click already shows it.
-  if (slow) setSpinner(ctx, `${options.action}…`);
+  // What the change would do from here (step is pure): nothing, or how heavy. Under load even one open
+  // took 150-400 ms on GPT-2 124M (benchmarks/bench_session.py), and a reveal 300-2400 ms: any change
+  // says what it does from the click on (set before any work is scheduled, so the first frame shows it).
+  const guess = step({ expanded: ctx.expanded, unfolded: ctx.unfolded });
+  const changes = !sameSet(guess.expanded, ctx.expanded) || !sameSet(guess.unfolded, ctx.unfolded);
+  const slow = options.slow ?? (drawnItems(ctx.counts) > SLOW_VIEW || guess.unfolded.size > ctx.unfolded.size || guess.expanded.size > ctx.expanded.size + 1);
+  if (changes || options.initial) setSpinner(ctx, `${options.action}…`);
   queued.set(ctx, (queued.get(ctx) ?? 0) + 1);
   const job = ctx.changes
     .then(() => applyChange(ctx, step, options, slow))
