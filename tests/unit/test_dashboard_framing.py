@@ -9,6 +9,7 @@ from bokeh.models import HoverTool
 from torch import nn
 
 import gradviz_nb as gv
+from gradviz_nb.tracing import Capture
 from gradviz_nb.widgets import page
 from gradviz_nb.widgets.flow_charts import chart_layers, short_names
 from gradviz_nb.widgets.names import MIN_PREFIX_PARTS, common_parts, graph_prefix
@@ -40,7 +41,7 @@ class Outer(nn.Module):
         return self.wrapper.net(x)
 
 
-def _traced(model: nn.Module) -> tuple[gv.AutogradGraph, torch.Tensor, gv.tracing.Capture]:  # type: ignore[name-defined]
+def _traced(model: nn.Module) -> tuple[gv.AutogradGraph, torch.Tensor, Capture]:
     torch.manual_seed(0)
     with gv.capture(model) as cap:
         loss = model(torch.randn(3, 4)).pow(2).mean()
