@@ -80,7 +80,7 @@ def views() -> dict[str, dict[str, Any]]:
     return {
         "mlp-open": {"graph_data": mlp_p, "expanded": all_calls(mlp_p)},
         "gpt2-blocks-open": {"graph_data": gpt, "expanded": ["blocks.0", "blocks.1", "blocks.2"]},
-        "diff-open": {**diff, "expanded": all_calls(diff["graph"])},
+        "diff-open": {"graph_data": diff["graph"], "diff": diff["diff"], "expanded": all_calls(diff["graph"])},
     }
 
 

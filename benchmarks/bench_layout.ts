@@ -88,7 +88,7 @@ async function timed<T>(run: () => Promise<T> | T, repeat: number): Promise<{ ou
 export async function main(): Promise<void> {
   const elk = new ELK();
   const rows: string[] = [];
-  const head = "| graph | items | edges | engine | ms | through boxes | narrow boxes | outside / overlaps | crossings | area (k units²) | unrouted |";
+  const head = "| graph | items | edges | engine | ms | through boxes | through headers | narrow boxes | outside / overlaps | crossings | area (k units²) | unrouted |";
   rows.push(head, head.replace(/[^|]+/g, "---"));
   let failures = 0;
   for (const [name, graph] of cases()) {
@@ -108,12 +108,12 @@ export async function main(): Promise<void> {
         continue;
       }
       const q = quality(graph, r.out, sizeOf, header);
-      if (engine === "layered" && (q.through.length || q.narrow.length || q.outside.length || q.overlaps)) {
+      if (engine === "layered" && (q.through.length || q.headers.length || q.narrow.length || q.outside.length || q.overlaps)) {
         failures++;
-        console.error(name, engine, JSON.stringify({ through: q.through.slice(0, 5), narrow: q.narrow.slice(0, 5), outside: q.outside.slice(0, 5), overlaps: q.overlaps }));
+        console.error(name, engine, JSON.stringify({ through: q.through.slice(0, 5), headers: q.headers.slice(0, 5), narrow: q.narrow.slice(0, 5), outside: q.outside.slice(0, 5), overlaps: q.overlaps }));
       }
       rows.push(
-        `| ${name} | ${graph.items.length} | ${graph.edges.length} | ${engine} | ${r.ms.toFixed(1)} | ${q.through.length} | ${q.narrow.length} | ` +
+        `| ${name} | ${graph.items.length} | ${graph.edges.length} | ${engine} | ${r.ms.toFixed(1)} | ${q.through.length} | ${q.headers.length} | ${q.narrow.length} | ` +
           `${q.outside.length} / ${q.overlaps} | ${q.crossings} | ${((q.width * q.height) / 1000).toFixed(0)} (${q.width.toFixed(0)} x ${q.height.toFixed(0)}) | ${q.unrouted} |`,
       );
     }

@@ -2,7 +2,7 @@
 
 The page needs no kernel and no network: the canvas bundle (``static/widget.js``) is embedded
 gzip-compressed and base64-encoded, as the kernel's runtime model holds it (``gradviz_nb.widgets.runtime``:
-0.9 MB instead of 2.2 MB), decoded with the browser's ``DecompressionStream`` and imported from a Blob
+0.3 MB instead of 0.67 MB), decoded with the browser's ``DecompressionStream`` and imported from a Blob
 URL; a small fake model (get/set/on/off/save_changes/send) holds the
 widget's synced traits. Everything interactive that the page computes itself keeps working: pan/zoom,
 expand/collapse, details, what-if toggles, the backward stepper. A lazy widget's page (a big graph)

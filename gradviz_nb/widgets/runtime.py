@@ -5,11 +5,11 @@ Why
 ---
 anywidget syncs a widget's ``_esm`` as a trait, so a saved notebook (its widget state: nbclient
 ``store_widget_state=True``, JupyterLab's "save widget state") holds the whole module once per widget.
-The canvas (``gradviz_nb/static/widget.js``: Cytoscape.js, elkjs, the features) is 2.2 MB, so four
+The canvas (``gradviz_nb/static/widget.js``: Cytoscape.js, the layered layout, the features) is 0.67 MB, so four
 graphs made a 9 MB notebook. Now:
 
 - ``GraphWidget._esm`` is ``static/loader.js`` (2 kB, ``js/src/loader.ts``);
-- one ``GradvizRuntime`` per kernel holds ``widget.js`` gzip-compressed and base64-encoded (0.9 MB);
+- one ``GradvizRuntime`` per kernel holds ``widget.js`` gzip-compressed and base64-encoded (0.3 MB);
   it is a plain ipywidgets model (``@jupyter-widgets/base`` ``WidgetModel``, no view), so every widget
   manager knows it: JupyterLab, Notebook 7, nbconvert's html manager, marimo;
 - each ``GraphWidget``'s ``_runtime`` trait references it (``"IPY_MODEL_<id>"``, ipywidgets'

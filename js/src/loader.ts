@@ -1,6 +1,6 @@
 // The `_esm` of every GraphWidget: a few kB that find the canvas code and hand the widget to it.
 //
-// The canvas (src/index.ts, 2.2 MB with elkjs) is not in each widget's `_esm`: anywidget saves `_esm`
+// The canvas (src/index.ts, 0.67 MB) is not in each widget's `_esm`: anywidget saves `_esm`
 // in every widget's saved state, so a notebook with four graphs weighed 9 MB. Instead ONE hidden model
 // per kernel (`GradvizRuntime`, gradviz_nb/widgets/runtime.py) holds the bundle, gzip-compressed and
 // base64-encoded; each widget's `_runtime` trait references it ("IPY_MODEL_<id>", ipywidgets' widget

@@ -22,6 +22,7 @@ function assertDrawable(graph: VisibleGraph, layout: Layout, sizeOf: (k: string)
   const q = quality(graph, layout, sizeOf, header);
   assert.deepEqual(q.through, [], "edges through boxes");
   assert.deepEqual(q.narrow, [], "boxes narrower than their header");
+  assert.deepEqual(q.headers, [], "edges through header text");
   assert.deepEqual(q.outside, [], "members outside their box");
   assert.equal(q.overlaps, 0, "overlapping siblings");
   const edge = (p: Point, key: string, side: "top" | "bottom"): boolean => {

@@ -40,6 +40,8 @@ export function segHitsRect(a: Point, b: Point, r: Rect): boolean {
 export interface Quality {
   /** Edges whose route passes through a box they do not connect: "edge -> box". */
   through: string[];
+  /** Edges through an open box's header text (any edge, its own boxes' too): "edge -> box". */
+  headers: string[];
   /** Open boxes narrower than their header: "box: width < header". */
   narrow: string[];
   /** Members reaching outside their open box, and leaves overlapping a sibling. */
@@ -91,6 +93,7 @@ export function quality(graph: VisibleGraph, layout: Layout, sizeOf: (key: strin
   };
   const through: string[] = [];
   const drawn: Point[][] = [];
+  const keys: string[] = [];
   let unrouted = 0;
   for (const e of graph.edges) {
     const s = layout.positions.get(e.source);
@@ -100,11 +103,25 @@ export function quality(graph: VisibleGraph, layout: Layout, sizeOf: (key: strin
     if (!route) unrouted++;
     const pts = route ?? [s, t];
     drawn.push(pts);
+    keys.push(e.key);
     for (const [key, r] of rects) {
       if (key === e.source || key === e.target || holds(key, e.source) || holds(key, e.target)) continue;
       const inset = { x1: r.x1 + 1, y1: r.y1 + 1, x2: r.x2 - 1, y2: r.y2 - 1 };
       if (pts.some((p, i) => i > 0 && segHitsRect(pts[i - 1], p, inset))) through.push(`${e.key} -> ${key}`);
     }
+  }
+  // Header text: centred, `headerOf` wide less the side padding, drawn in the top rows of the box (the
+  // view trims BOX_PADDING.top - side = 22 units off the box and puts the label above what is left).
+  const headers: string[] = [];
+  for (const item of graph.items) {
+    const r = rects.get(item.key);
+    const text = headerOf(item.key) - 24;
+    if (item.type !== "expanded" || !r || text <= 0) continue;
+    const c = (r.x1 + r.x2) / 2;
+    const head = { x1: c - text / 2 + 1, y1: r.y1 + 5, x2: c + text / 2 - 1, y2: r.y1 + 17 };
+    drawn.forEach((pts, i) => {
+      if (pts.some((p, j) => j > 0 && segHitsRect(pts[j - 1], p, head))) headers.push(`${keys[i]} -> ${item.key}`);
+    });
   }
   const narrow: string[] = [];
   const outside: string[] = [];
@@ -123,5 +140,5 @@ export function quality(graph: VisibleGraph, layout: Layout, sizeOf: (key: strin
   }
   let [x1, y1, x2, y2] = [Infinity, Infinity, -Infinity, -Infinity];
   for (const r of rects.values()) [x1, y1, x2, y2] = [Math.min(x1, r.x1), Math.min(y1, r.y1), Math.max(x2, r.x2), Math.max(y2, r.y2)];
-  return { through, narrow, outside, overlaps, crossings: crossings(drawn), width: x2 - x1, height: y2 - y1, unrouted };
+  return { through, headers, narrow, outside, overlaps, crossings: crossings(drawn), width: x2 - x1, height: y2 - y1, unrouted };
 }

@@ -1,6 +1,6 @@
 """A saved notebook carries the canvas code once, not once per graph widget.
 
-Each GraphWidget's `_esm` is a small loader; the 2.2 MB canvas lives in ONE runtime model per kernel
+Each GraphWidget's `_esm` is a small loader; the 0.67 MB canvas lives in ONE runtime model per kernel
 (`gradviz_nb/widgets/runtime.py`), gzip-compressed, that every widget references. Two small notebooks,
 executed by nbclient with `store_widget_state=True` as a user's saved notebook would be: four graph
 widgets, and the same with a fifth. Sizes are of the written `.ipynb` files. Before the runtime, each

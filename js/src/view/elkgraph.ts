@@ -1,5 +1,7 @@
-// The ELK graph for a visible quotient graph, and ELK's answer turned into absolute positions and
-// edge routes. Pure (no worker, no DOM): unit-testable in node with elkjs's bundled build.
+// The layout types every engine speaks (Layout, Size, Point, BOX_PADDING), and the ELK graph for a
+// visible quotient graph with ELK's answer turned into absolute positions and edge routes. ELK is not
+// shipped (the page uses layered/): elkjs is a dev dependency, the reference the tests and
+// benchmarks/bench_layout.* measure the layered layout against. Pure (no worker, no DOM).
 import type { ElkExtendedEdge, ElkNode } from "elkjs/lib/elk-api";
 import type { VisibleGraph } from "../state/quotient";
 
@@ -8,7 +10,7 @@ export interface Size {
   height: number;
 }
 
-/** Space ELK keeps inside an expanded box; the top is larger to hold the header label. */
+/** Space a layout keeps inside an expanded box; the top is larger to hold the header label. */
 export const BOX_PADDING = { top: 34, side: 12 };
 
 export interface Point {
@@ -19,9 +21,9 @@ export interface Point {
 export interface Layout {
   /** Centre positions of every item (open boxes included). */
   positions: Map<string, Point>;
-  /** Open boxes: their size as ELK laid them out (header padding included). */
+  /** Open boxes: their size as laid out (header padding included). */
   boxes: Map<string, Size>;
-  /** Edge key -> ELK's route in absolute coordinates: start, bends, end. */
+  /** Edge key -> its orthogonal route in absolute coordinates: start, bends, end. */
   routes: Map<string, Point[]>;
 }
 

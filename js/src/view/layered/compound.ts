@@ -76,6 +76,21 @@ function steps(graph: LayeredGraph, at: Map<string, number>): { parent: Int32Arr
   return { parent, steps: byBox, path };
 }
 
+/** Height above an open box's content where an edge moved aside from the header turns in: below the
+ *  header text (drawn in the top BOX_PADDING.top - BOX_PADDING.side of the box), above the content. */
+const HEADER_JOG = BOX_PADDING.side / 2;
+
+/** Where an edge entering an open box crosses its top (box coordinates): at `x`, or beside the header
+ *  text (centred, `header` wide with the side padding) if `x` is under it; the k-th moved one a little
+ *  further out, so a few do not run along each other. */
+export function besideHeader(x: number, boxW: number, header: number, k: number): number {
+  const text = Math.max(0, header - 2 * BOX_PADDING.side);
+  const [a, b] = [(boxW - text) / 2 - 3, (boxW + text) / 2 + 3];
+  if (text <= 0 || x <= a || x >= b) return x;
+  const off = 3 * (k % 3);
+  return x - a < b - x ? Math.max(2, a - off) : Math.min(boxW - 2, b + off);
+}
+
 /** Lays out every container innermost first (items come parents first: walk them backwards). */
 function placeAll(graph: LayeredGraph, sizeOf: (key: string) => Size | undefined, parent: Int32Array, byBox: Step[][]): Placed {
   const n = graph.items.length;
@@ -122,10 +137,16 @@ function placeAll(graph: LayeredGraph, sizeOf: (key: string) => Size | undefined
     placed.w[c] = w;
     placed.h[c] = BOX_PADDING.top + r.height + BOX_PADDING.side;
     placed.innerX[c] = (w - r.width) / 2;
+    let entries = 0;
     byBox[c].forEach((st, j) => {
       const e = edges[j];
       if (st.to < 0) exitAt.set(`${c}:${st.edge}`, placed.innerX[c] + r.x[e.t]);
-      if (st.from < 0) entryAt.set(`${c}:${st.edge}`, placed.innerX[c] + r.x[e.s]);
+      if (st.from >= 0) return;
+      const x = r.x[e.s];
+      const at = besideHeader(placed.innerX[c] + x, w, header, entries++);
+      entryAt.set(`${c}:${st.edge}`, at);
+      // Moved aside: in at the top, then across below the header text to where the route goes on.
+      if (at !== placed.innerX[c] + x) r.routes[j].unshift({ x: at - placed.innerX[c], y: -HEADER_JOG }, { x, y: -HEADER_JOG });
     });
   }
   return placed;

@@ -295,7 +295,9 @@ function placeX(slots: Slots, order: number[][], offsets: { s: Float64Array; t: 
       const [p, q] = [c[j], c[j + 1]];
       const dl = slots.layer[q] - slots.layer[p];
       if (Math.abs(dl) !== 1) continue;
-      const w = (p >= n ? 4 : 1) * (q >= n ? 4 : 1);
+      // Real neighbours pull harder than one dummy (a chain of ops stays straight beside a skip lane),
+      // two dummies hardest (a long edge runs straight down).
+      const w = p >= n && q >= n ? 8 : p >= n || q >= n ? 2 : 4;
       const [op, oq] = [offsetIn(c, j, e), offsetIn(c, j + 1, e)];
       // pulls[k][0]: from the layer above, pulls[k][1]: from below.
       pulls[p][dl > 0 ? 1 : 0].push(q, op, oq, w);
