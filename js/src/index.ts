@@ -4,7 +4,7 @@
 // Traits hold all state, so a saved notebook or exported page rebuilds the same view with no kernel.
 import type { AnyWidget, RenderProps } from "@anywidget/types";
 import css from "./styles.css";
-import { GraphView, READABLE_ZOOM } from "./view/graphview";
+import { GraphView } from "./view/graphview";
 import { readTheme, type Theme } from "./view/theme";
 import { watchTheme } from "./view/themewatch";
 import { createDetails } from "./panels/details";
@@ -17,7 +17,7 @@ import { createErrorBox, ERROR_BOX_CSS } from "./core/errorbox";
 import { guardModel } from "./core/guard";
 import { coreHooks, type CoreHooks } from "./core/hooks";
 import { collapseEverything, expandEverything } from "./core/disclosure";
-import { applyHeight, relayout } from "./core/drawing";
+import { applyHeight, relayout, watchCamera } from "./core/drawing";
 import type { Feature, Slots } from "./core/feature";
 import { repaint, tooltipText } from "./core/paint";
 import { setSelected } from "./core/selection";
@@ -65,7 +65,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
     }),
   });
   const toolbar = createToolbar({
-    fit: run("Fit", () => fitWhole(core)),
+    fit: run("Fit", () => view.fit()),
     zoomReset: run("the zoom reset", () => view.zoomReset()),
     relayout: run("Re-layout", () => relayout(core, {})),
     expandAll: run("Expand all", () => expandEverything(core)),
@@ -100,6 +100,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   const slots: Slots = { top, side, body, tools: toolbar.tools };
   const features: Feature[] = FEATURES.map((make) => make(core, slots) as Feature);
   core.features = features;
+  watchCamera(core);
   style.textContent = [css, ERROR_BOX_CSS, ...features.map((f) => f.css ?? "")].join("\n");
   // The first feature wins, so its rules go last.
   const restyle = (t: Theme): void => view.setStyles(t, [...features].reverse().flatMap((f) => f.styles?.(t) ?? []));
@@ -168,16 +169,6 @@ function renderFailure(el: HTMLElement, err: unknown): () => void {
     "What to do: run the cell again; if this comes back, report this message (and the browser console) as a bug.";
   el.append(box);
   return () => box.remove();
-}
-
-/** The toolbar's Fit: everything in view, and a word when that is too small to read. */
-function fitWhole(core: Core): void {
-  core.view.fit();
-  const z = core.view.cy.zoom();
-  if (z < READABLE_ZOOM - 1e-9) {
-    core.toolbar.setMessage(`The whole graph at ${Math.round(z * 100)}%: labels are too small to read at this zoom. Scroll to zoom in, or close boxes.`);
-    core.toolbar.message.dataset.kind = "zoom";
-  } else if (core.toolbar.message.dataset.kind === "zoom") core.toolbar.setMessage("");
 }
 
 /** Save `blob` as a file through the browser's download (a temporary blob: link). */

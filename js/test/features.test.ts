@@ -132,13 +132,13 @@ test("findings: one row per finding, the head counts them, the first view focuse
   assert.equal(panel.hidden, false);
   assert.equal(slots.side.byTestId("gradviz-findings-head")!.textContent, "Doctor: 3 findings (click one to see it)");
   assert.equal(panel.querySelectorAll(".gradviz-finding").length, 3);
-  assert.equal(f.focus?.(), callKey("blocks.0.fc"), "a call id is a box; the first finding has no node");
+  assert.deepEqual(f.subject?.()?.keys, [callKey("blocks.0.fc")], "a call id is a box; the first finding has no node");
   traits.findings = [list[2]];
-  assert.equal(f.focus?.(), nodeKey("12"));
+  assert.deepEqual(f.subject?.()?.keys, [nodeKey("12")]);
   traits.findings = [];
   withFakeDom(() => f.traits?.findings());
   assert.equal(panel.hidden, true);
-  assert.equal(f.focus?.(), null);
+  assert.equal(f.subject?.() ?? null, null);
 });
 
 test("folding: only a click on a stack is the feature's; the hook lists the stacks drawn folded", () => {

@@ -1,5 +1,5 @@
 """The first view and the theme: labels readable at the first view's zoom, the
-loss on screen, the height following the content, an honest word when Fit is too small to read, and a
+loss on screen, the height following the content, the zoom chip saying where the whole graph fits, and a
 live theme switch that restyles the canvas with readable contrast."""
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ VIEW_JS = f"""() => {{
            body: document.querySelector('.gradviz-body').getBoundingClientRect().height,
            message: document.querySelector('[data-testid=gradviz-message]').textContent }};
 }}"""
+
+CHIP_JS = """() => { const c = document.querySelector('[data-testid=gradviz-zoom-chip]');
+  return { fits: c.dataset.fits, percent: Number(c.dataset.percent), title: c.title, hidden: c.hidden }; }"""
 
 LIGHT = {"--jp-layout-color0": "#ffffff", "--jp-layout-color1": "#ffffff", "--jp-layout-color2": "#eeeeee",
          "--jp-ui-font-color0": "rgba(0,0,0,1)", "--jp-ui-font-color1": "rgba(0,0,0,0.87)",
@@ -72,19 +75,21 @@ def _tiny_payload() -> dict[str, Any]:
 
 
 def test_first_view_reads_and_shows_the_loss(browser: Any, gpt2_payload: dict[str, Any], tmp_path: Path) -> None:
-    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "expanded": ["blocks.0"], "height": 600})
+    # Nothing opened, selected or marked: the loss is the subject (boxes opened from Python would be).
+    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "height": 600})
     page.js(f"async () => {ROOT}.__gradviz.idle()")
     v = page.js(VIEW_JS)
     assert v["fontPx"] >= 11, f"first view text is {v['fontPx']:.1f} px"
     loss = v["loss"]
     inside = loss["x1"] >= 0 and loss["x2"] <= v["w"] and loss["y1"] >= 0 and loss["y2"] <= v["h"]
     assert inside, f"loss off screen: {loss}"
-    # The whole graph does not fit at a readable zoom: the message line says so, with the zoom Fit needs.
-    assert "Showing the loss at 100% so labels read" in v["message"] and "fits only at" in v["message"]
-    # Fit shows everything and says that labels are too small there.
+    # The whole graph does not fit at a readable zoom: the toolbar's zoom chip says at which zoom it would.
+    chip = page.js(CHIP_JS)
+    assert chip["fits"] == "false" and 0 < chip["percent"] < 100 and "outside the view" in chip["title"], chip
+    # Fit zooms out towards that, never below the camera's floor (40%).
     page.page.click("[data-testid=gradviz-fit]")
     after = page.js(VIEW_JS)
-    assert after["zoom"] < 1 and "too small to read" in after["message"]
+    assert 0.4 - 1e-6 <= after["zoom"] < 1, after["zoom"]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.page.screenshot(path=str(SCREENSHOTS / "first_view_gpt2.png"))
     assert page.errors == []

@@ -2,10 +2,12 @@
 // attributes; after a layout lands, the selection and every decoration are painted again.
 import { drawnItems, neighbourhood, tooBigText } from "../state/cap";
 import { plural } from "../state/labels";
-import { callKey, nodeKey, visibleGraph, type VisibleGraph } from "../state/quotient";
-import { READABLE_ZOOM, type Anchor } from "../view/graphview";
+import { foldKey } from "../state/fold";
+import { callKey, nodeKey, representative, visibleGraph, type VisibleGraph } from "../state/quotient";
+import type { Framing, Subject } from "../view/camera";
+import type { Anchor } from "../view/graphview";
 import { NOTHING, type Core } from "./context";
-import { focusName, showSelection } from "./selection";
+import { focusName, nodeById, showSelection } from "./selection";
 import { repaint } from "./paint";
 
 /** Above this many visible elements, say that the graph is big (it still renders). */
@@ -98,39 +100,65 @@ function afterLayout(ctx: Core, shown: number, options: { anchor?: Anchor; fit?:
   if (options.fit && !options.anchor) fitView(ctx);
 }
 
-/** Fit the view; when that would make labels unreadable, show what the cell is about at a readable
- *  zoom instead (the selection, else a feature's focus such as the first finding, else the loss) and
- *  say so on the message line. */
+/** Frame the view's subject (view/camera.ts): the selection, else the boxes Python just opened, else
+ *  the first feature's (lost leaves, a change, a finding, the running node), else a weak one (folded
+ *  stacks), else the loss. */
 export function fitView(ctx: Core): void {
-  const { view } = ctx;
-  const focus = focusKey(ctx);
-  const full = view.fitReadable(focus);
-  ctx.root.dataset.fitZoom = full.toFixed(3);
-  if (full >= READABLE_ZOOM - 1e-9) {
-    if (ctx.toolbar.message.dataset.kind === "zoom") ctx.toolbar.setMessage("");
-    return;
-  }
-  if (ctx.toolbar.message.textContent && ctx.toolbar.message.dataset.kind !== "zoom") return; // a more important message
-  const what = focus ? focusName(ctx, focus.slice(2)) : view.cy.nodes('[kind = "root"]').nonempty() ? "the loss" : "the first rows";
-  ctx.toolbar.setMessage(
-    `Showing ${what} at ${Math.round(READABLE_ZOOM * 100)}% so labels read; the whole graph fits only at ` +
-      `${Math.round(full * 100)}% (Fit). Scroll to move, or close boxes to see more at once.`,
-  );
-  ctx.toolbar.message.dataset.kind = "zoom";
+  ctx.view.camera.frame(subjectOf(ctx));
 }
 
-/** The element the first view should show: the selected node or box when drawn, else the first
- *  feature that names one (null: the view's default, the loss). */
-function focusKey(ctx: Core): string | null {
+/** Boxes open at the last framed layout, per payload: what Python opened since is the new subject. */
+const openAtFrame = new WeakMap<Core, { gen: number; open: Set<string> }>();
+
+function subjectOf(ctx: Core): Subject | null {
   const id = ctx.model.get("selected") || "";
-  if (id) {
-    for (const key of [nodeKey(id), callKey(id)]) if (ctx.view.cy.getElementById(key).nonempty()) return key;
-  }
+  const last = openAtFrame.get(ctx);
+  openAtFrame.set(ctx, { gen: ctx.payloadGen, open: new Set(ctx.expanded) });
+  const drawn = (s: Subject | null): Subject | null => {
+    const keys = s ? [...new Set(s.keys.map((k) => drawnKey(ctx, k)).filter((k): k is string => k !== null))] : [];
+    return s && keys.length ? { ...s, keys } : null;
+  };
+  const selected = id ? drawn({ keys: [nodeById(ctx, id) ? nodeKey(id) : callKey(id)], withLoss: true, name: focusName(ctx, id) }) : null;
+  if (selected) return selected;
+  // Deepest first: the box a person opened, not its ancestors.
+  const depth = (c: string): number => ctx.index.chain.get(c)?.length ?? 0;
+  const opened = [...ctx.expanded].filter((c) => !last?.open.has(c)).sort((a, b) => depth(b) - depth(a));
+  const boxes = drawn({ keys: opened.map(callKey), withLoss: true, name: opened.join(", ") });
+  // A first view of a payload asks the features first (a diff opened where its changes are).
+  if (boxes && last && last.gen === ctx.payloadGen) return boxes;
+  let weak: Subject | null = null;
   for (const f of ctx.features) {
-    const key = f.focus?.();
-    if (key && ctx.view.cy.getElementById(key).nonempty()) return key;
+    const s = drawn(f.subject?.() ?? null);
+    if (s && !s.weak) return s;
+    weak ??= s;
   }
-  return null;
+  return boxes ?? weak;
+}
+
+/** The drawn element standing for a node or call key: itself, or the closed box or folded stack
+ *  around it; null when nothing is drawn for it. */
+function drawnKey(ctx: Core, key: string): string | null {
+  const cy = ctx.view.cy;
+  let rep = key;
+  if (cy.getElementById(key).empty()) {
+    const id = key.slice(2);
+    const node = key.startsWith("n:") ? nodeById(ctx, id) : undefined;
+    if (node) rep = representative(node, ctx.index, ctx.expanded, ctx.folded);
+    else if (key.startsWith("c:")) {
+      const closed = (ctx.index.chain.get(id) ?? []).find((c) => !ctx.expanded.has(c));
+      const group = closed === undefined ? undefined : ctx.folded.get(closed);
+      if (closed !== undefined) rep = group ? foldKey(group.id) : callKey(closed);
+    }
+  }
+  return cy.getElementById(rep).nonempty() ? rep : null;
+}
+
+/** The toolbar's zoom chip and `data-fit-zoom` follow every frame and fit of the camera. */
+export function watchCamera(ctx: Core): void {
+  ctx.view.camera.onFramed = (f: Framing) => {
+    ctx.root.dataset.fitZoom = f.fitZoom.toFixed(3);
+    ctx.toolbar.setZoom({ percent: (f.whole ? f.zoom : f.fitZoom) * 100, fits: f.whole, outside: f.outside });
+  };
 }
 
 /** Body height: the content's (at the largest fit zoom), never above the `height` trait; it grows

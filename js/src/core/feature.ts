@@ -8,11 +8,13 @@ import type { DetailRow } from "../panels/details";
 import type { VisibleGraph } from "../state/quotient";
 import type { Theme } from "../view/theme";
 import type { LegendSpec } from "../panels/legend";
+import type { Subject } from "../view/camera";
 
 /** What a feature draws over the laid-out graph now (styles only, never a re-layout). Maps are keyed
  *  by element key ("n:<id>", "c:<call id>", "f:<group id>", edge keys). */
 export type { LegendItem, LegendSpec } from "../panels/legend";
 export type { DetailRow, RowAction } from "../panels/details";
+export type { Subject } from "../view/camera";
 
 export interface Decoration {
   /** Extra classes; every feature's are kept. */
@@ -79,8 +81,10 @@ export interface Feature<Hooks extends object = object> {
   tapEdge?(key: string): boolean;
   /** A key press while the widget has focus; true when handled. */
   key?(e: KeyboardEvent): boolean;
-  /** An element key the first view should show (e.g. the first finding); null: nothing to ask. */
-  focus?(): string | null;
+  /** What the view is about (view/camera.ts), framed by the first view and every fit: node or call keys
+   *  ("n:<id>", "c:<call id>"), drawn or hidden in a closed box (the box is framed then), most important
+   *  first; e.g. the lost leaves, the first finding. Null: nothing to ask. */
+  subject?(): Subject | null;
   /** Extra text lines a node needs room for (sizes feed the layout); null: none. */
   reserve?(): ((key: string) => string[][] | null) | null;
   /** Size factors the feature will draw nodes at (so the layout leaves room); null: none. */

@@ -9,6 +9,7 @@ import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
 import { avoidHeaders, orthogonalRoutes } from "./reroute";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
+import { Camera } from "./camera";
 import { pullStubs } from "./stubs";
 import type { Theme } from "./theme";
 
@@ -57,10 +58,7 @@ export interface ShowOptions {
  *  in full when it has any); bigger views keep the fast placement. */
 const REROUTE_LIMIT = 1500;
 
-/** Zoom at which node text (FONT_SIZE 11) reads at 11 px: a fit below it says so. */
-export const READABLE_ZOOM = 1;
-/** Above this many elements, fits use the layout's own bounds instead of Cytoscape's. */
-const BIG_BOUNDS = 3000;
+export { READABLE_ZOOM } from "./camera";
 /** Edge data that toSegments() sets (an edge is kept in place only when these are unchanged). */
 const SEGMENT_KEYS = ["ws", "ds", "sep", "tep"] as const;
 const POINTER_EVENTS = ["mousedown", "touchstart", "pointerdown", "wheel", "mouseover"] as const;
@@ -69,6 +67,8 @@ type FindNearest = (x: number, y: number, interactiveOnly: boolean, isTouch: boo
 
 export class GraphView {
   readonly cy: Core;
+  /** Where the viewport looks (camera.ts): framing, resizes, clamped pans, Fit. */
+  readonly camera: Camera;
   private engine = new LayoutEngine();
   private generation = 0;
   private measureCtx: CanvasRenderingContext2D | null;
@@ -129,6 +129,7 @@ export class GraphView {
       else this.cy.resize();
     };
     this.container = container;
+    this.camera = new Camera(this.cy, () => this.snapshot, () => this.bottomReserve);
     for (const type of POINTER_EVENTS) container.addEventListener(type, this.invalidateOffsets, { capture: true, passive: true });
     let lastEvent: Event | undefined;
     this.cy.on("tap", (e: EventObject) => {
@@ -186,6 +187,7 @@ export class GraphView {
     avoidHeaders(graph, layout.layout, laidOut); // ELK's routes too run straight through header text
     this.lastLayoutMs = performance.now() - started;
     this.snapshot = { graph, layout: layout.layout, sizes: laidOut };
+    this.camera.laidOut();
     this.lastLayoutIncremental = layout.incremental;
     this.simple = layout.simple;
     const elements = toElements(graph, layout.layout, sizes);
@@ -204,7 +206,8 @@ export class GraphView {
     this.shown = graph;
     this.paint(this.paintState);
     if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
-    else if (options.fit) this.fitReadable();
+    else if (options.fit) this.camera.frame(this.camera.subject);
+    else this.camera.relaid();
     return true;
   }
 
@@ -300,18 +303,10 @@ export class GraphView {
     this.cy.pan({ x: anchor.rendered.x - zoom * ((bb.x1 + bb.x2) / 2), y: anchor.rendered.y - zoom * bb.y1 });
   }
 
-  /** Fit the graph into the canvas above the bottom reserve; a tiny graph is not blown up past 1.25. */
+  /** The toolbar's Fit: the whole graph, never below the camera's floor (FIT_FLOOR). */
   fit(): void {
     this.cy.resize();
-    const eles = this.cy.elements();
-    if (eles.empty()) return;
-    const bb = eles.length > BIG_BOUNDS ? this.layoutBounds((k) => !!k) : eles.boundingBox();
-    if (!bb) return;
-    const pad = 24;
-    const w = this.cy.width();
-    const h = Math.max(60, this.cy.height() - this.bottomReserve);
-    const zoom = Math.max(this.cy.minZoom(), Math.min(1.25, (w - 2 * pad) / Math.max(1, bb.w), (h - 2 * pad) / Math.max(1, bb.h)));
-    this.cy.viewport({ zoom, pan: { x: w / 2 - (zoom * (bb.x1 + bb.x2)) / 2, y: h / 2 - (zoom * (bb.y1 + bb.y2)) / 2 } });
+    this.camera.fitAll();
   }
 
   /** Keep `px` free at the bottom on the next fit; true when it changed. */
@@ -334,46 +329,6 @@ export class GraphView {
   /** The whole graph as a PNG blob, for a download. */
   toPNGBlob(scale = 2): Blob {
     return this.cy.png({ full: true, scale, bg: this.theme.background, output: "blob" });
-  }
-
-  /** Fit, unless that makes labels unreadable: then, at a readable zoom, show `focus` (an element key:
-   *  the selection, a finding) or else the loss (a root sits at the bottom, with what feeds it above),
-   *  or else the first rows. Returns the zoom a full fit would need (below READABLE_ZOOM: not all shown). */
-  fitReadable(focus: string | null = null): number {
-    this.fit();
-    const full = this.cy.zoom();
-    if (full >= READABLE_ZOOM - 1e-9) return full;
-    const z = READABLE_ZOOM;
-    const h = Math.max(60, this.cy.height() - this.bottomReserve);
-    const target = focus ? this.cy.getElementById(focus) : this.cy.nodes('[kind = "root"]').first();
-    if (target.nonempty()) {
-      const bb = target.boundingBox({ includeLabels: false, includeOverlays: false });
-      const root = target.data("kind") === "root";
-      this.cy.zoom(z);
-      this.cy.pan({
-        x: this.cy.width() / 2 - (z * (bb.x1 + bb.x2)) / 2,
-        y: root ? h - 24 - z * bb.y2 : h / 2 - (z * (bb.y1 + bb.y2)) / 2,
-      });
-      return full;
-    }
-    let top: number;
-    let bb: { x1: number; x2: number } | null;
-    if (this.cy.elements().length > BIG_BOUNDS) {
-      // From the layout: Cytoscape's bounding boxes measure every label (seconds at 20,000 nodes).
-      const leaves = this.layoutBounds((_k, open) => !open);
-      if (!leaves) return full;
-      top = leaves.y1;
-      bb = this.layoutBounds((_k, open, y1) => !open && y1 < top + 120);
-    } else {
-      const leaves = this.cy.nodes().filter((n) => n.data("kind") !== "expanded");
-      if (leaves.empty()) return full;
-      top = Math.min(...leaves.map((n) => n.boundingBox().y1));
-      bb = leaves.filter((n) => n.boundingBox().y1 < top + 120).boundingBox();
-    }
-    if (!bb) return full;
-    this.cy.zoom(z);
-    this.cy.pan({ x: this.cy.width() / 2 - (z * (bb.x1 + bb.x2)) / 2, y: 40 - z * top });
-    return full;
   }
 
   /** Height the drawn graph needs on screen at the largest fit zoom (model units x 1.25, plus room for
@@ -437,14 +392,12 @@ export class GraphView {
     return client(hit ?? candidates[0]);
   }
 
-  /** The canvas changed size (a wider cell, a side panel opening): keep what was in the middle in the
-   *  middle, so the view does not slide off to one side. */
+  /** The canvas changed size (a wider cell, a side panel opening): the camera keeps its subject (or
+   *  the graph) in view. */
   resize(): void {
     const before = { w: this.cy.width(), h: this.cy.height() };
     this.cy.resize();
-    const dw = this.cy.width() - before.w;
-    const dh = this.cy.height() - before.h;
-    if (before.w > 0 && before.h > 0 && (dw || dh) && this.cy.elements().nonempty()) this.cy.panBy({ x: dw / 2, y: dh / 2 });
+    this.camera.keep(before);
   }
 
   /** A theme and the features' Cytoscape rules for it (from `Feature.styles`, in stylesheet order). */

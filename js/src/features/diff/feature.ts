@@ -82,6 +82,15 @@ export const diff: FeatureFactory<DiffHooks> = (core: Core, slots): Feature<Diff
       return deco ? { classes: deco.classes, labels: deco.labels } : null;
     },
     legend: () => (current && palette ? { spec: legendSpec(current, palette) } : null),
+    /** The changes, added first (what the headline counts first), each kind in the merged graph's
+     *  order: the camera frames the first and those near it. */
+    subject() {
+      const d = current;
+      if (!d) return null;
+      const of = (st: string): string[] => core.payload.nodes.filter((n) => d.status[n.id] === st).map((n) => "n:" + n.id);
+      const keys = [...of("added"), ...of("removed"), ...of("changed")];
+      return keys.length ? { keys, withLoss: true, name: "the first change" } : null;
+    },
     tooltip: (key) => (current && deco ? diffText(current, deco, key) : ""),
     details(node) {
       const st = current?.status[node.id];

@@ -17,11 +17,12 @@ export const findings: FeatureFactory = (core: Core, slots): Feature => {
     name: "findings",
     traits: { findings: show },
     loaded: show,
-    focus() {
+    subject() {
       const first = (core.model.get("findings") || []).find((f) => f.node);
       if (!first) return null;
       const id = findingTarget(first.node);
-      return graphIndex(core.payload).pos.has(id) ? nodeKey(id) : callKey(id);
+      const key = graphIndex(core.payload).pos.has(id) ? nodeKey(id) : callKey(id);
+      return { keys: [key], withLoss: true, name: first.node };
     },
   };
 };

@@ -3,7 +3,7 @@
 import type { Core, FeatureFactory } from "../../core/context";
 import { unfoldGroup } from "../../core/disclosure";
 import type { Feature } from "../../core/feature";
-import { foldedGroups } from "../../state/fold";
+import { foldedGroups, foldKey } from "../../state/fold";
 
 export interface FoldingHooks {
   /** Unfold a fold group (as a click on its stacked box), resolves after the layout. */
@@ -19,6 +19,11 @@ export const folding: FeatureFactory<FoldingHooks> = (core: Core): Feature<Foldi
     if (kind !== "folded") return false;
     void unfoldGroup(core, key.slice(2));
     return true;
+  },
+  // The stacks are the bulk of the model: framed (with the loss when both fit) when nothing else is.
+  subject() {
+    const keys = foldedGroups(core.folded).map(foldKey);
+    return keys.length ? { keys, withLoss: true, name: "the folded stacks", weak: true } : null;
   },
   hooks: {
     async unfold(groupId) {

@@ -185,6 +185,7 @@ export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Featur
     loaded: () => run.loadRecording(),
     decorate: (shown) => stepperDecoration(st, (st.sv = st.rix ? stepView(st.rix, st.cursor) : null), shown, run.repOf),
     painted: () => run.updatePanel(),
+    subject: () => (st.sv?.step ? { keys: [run.repOf(st.sv.step.node)], withLoss: true, name: "the running node" } : null),
     legend: () => (st.rix ? { spec: stepperLegend(st.rix), fallback: st.cursor < 0 } : null),
     tooltip: (key) => stepTooltip(st, key),
     click(key, kind) {

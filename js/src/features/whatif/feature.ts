@@ -3,6 +3,7 @@
 // Verify asks Python to re-run the model (`verified`, `can_verify`).
 import type { StylesheetJson } from "cytoscape";
 import type { Toggles, WhatIfAnswer } from "../../payload";
+import { nodeKey } from "../../state/quotient";
 import { readable, type Theme } from "../../view/theme";
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature } from "../../core/feature";
@@ -125,6 +126,13 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
       return { classes: wi.deco.classes, labels: wi.deco.labels };
     },
     painted: updatePanel,
+    /** The lost leaves, then the cuts (detached outputs, frozen leaves); nothing while nothing is cut. */
+    subject() {
+      const state = wi.state ?? evaluate(core.payload, wi.toggles);
+      if (state.empty) return null;
+      const cuts = [...wi.toggles.detach.map((ref) => ref.slice(0, ref.lastIndexOf(":"))), ...wi.toggles.freeze];
+      return { keys: [...state.answer.lost, ...cuts].map(nodeKey), withLoss: true, name: "the lost leaves and the cut" };
+    },
     click(key, kind, shift) {
       const next = wi.mode ? clickToggles(wi.toggles, key, kind, shift) : null;
       if (next) userToggle(next);
