@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,6 +26,7 @@ from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.ghosts import InplaceWrite
 from gradviz_nb.tracing.trace import trace_with_nodes
+from gradviz_nb.tracing.walk import is_custom
 from gradviz_nb.validate import boolean, instance, not_meta
 
 if TYPE_CHECKING:
@@ -62,16 +63,6 @@ class Step:
     deliveries: list[Delivery]
     leaf_before: GradStats | None = None  # a leaf's .grad before this pass accumulated into it
     leaf_after: GradStats | None = None  # and after
-
-
-@dataclass
-class _PendingStep:
-    step: Step
-    outs: list[Pending | None]
-    ins: list[Pending | None] = field(default_factory=list)
-    before: Pending | None = None
-    after: Pending | None = None
-    by_ref: bool = False  # a leaf whose value is read from .grad after the pass (_Recorder.from_grad)
 
 
 class BackwardRecording:
@@ -241,9 +232,8 @@ def record_backward(
     try:
         with _grads_put_back([*run.leaf_tensors.values(), *(t for t, _ in run.hidden)], enabled=not accumulate):
             loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
-            run.read_leaf_values()  # before .grad is put back: what backward left there
     except RuntimeError as err:
-        failing = next((p.step.node for p in reversed(run.order) if p.step.node not in run.finished), None)
+        failing = run.failing()
         writes = [w for cap in ([capture] if capture is not None else watched()) for w in cap.inplace]
         raise _backward_error(err, graph, failing, writes) from err
     finally:
@@ -282,83 +272,103 @@ def _distributed() -> bool:
 
 
 class _Recorder:
-    """One recorded pass: the hooks' state, and what they leave for :meth:`finish`."""
+    """One recorded pass: the hooks' state, and what they leave for :meth:`finish`.
+
+    Most nodes get a one-line pre-hook (which node started: a backward error names the node that did not
+    finish) and a post-hook that reads what the node received and sent: both are still there after it
+    ran, and a gradient a leaf received was already moved into ``.grad`` (no copy forced). Steps are
+    made in :meth:`finish`. Nodes whose received gradient may change while or after they run read it in
+    their pre-hook instead (:meth:`_early`): custom Functions (their backward may write ``grad_output``
+    in place) and leaves whose ``.grad`` changes after accumulation (``accumulate=True``, post-accumulate
+    hooks, DDP/FSDP reducers)."""
 
     def __init__(self, rec: BackwardRecording, graph: AutogradGraph, nodes: dict[Any, str], accumulate: bool,
                  keep_values: bool, keep_leaf_values: bool) -> None:
         self.rec, self.pass_index = rec, rec.passes
         self.accumulate, self.keep_values, self.keep_leaf = accumulate, keep_values, keep_leaf_values
-        g = graph.nx
-        self.leaf_tensors = {n: fn.variable for fn, n in nodes.items() if g.nodes[n]["kind"] == "leaf"}
-        self.producers = {n: [(nodes[nxt], out) if nxt is not None else None for nxt, out in fn.next_functions]
-                          for fn, n in nodes.items()}
+        attrs = graph.nx.nodes
+        self.leaf_tensors = {n: fn.variable for fn, n in nodes.items() if attrs[n]["kind"] == "leaf"}
+        # producer (node id, output_nr) per input_nr, from the traced edges (no next_functions read again)
+        self.producers: dict[str, list[tuple[str, int] | None]] = {n: [] for n in nodes.values()}
         slots: dict[str, int] = {}  # incoming slots of each node's buffer (the root's: none counted)
-        for ps in self.producers.values():
-            for producer in ps:
-                if producer is not None:
-                    slots[producer[0]] = slots.get(producer[0], 0) + 1
+        for u, v, pairs in graph.nx.edges(data="slots"):
+            ps = self.producers.get(v)
+            if ps is None:  # an edge into a root
+                continue
+            for out, input_nr in pairs:
+                ps.extend([None] * (input_nr + 1 - len(ps)))
+                ps[input_nr] = (u, out)
+                slots[u] = slots.get(u, 0) + 1
         self.one_slot = {n for n, k in slots.items() if k == 1}
-        self.op_of = {n: g.nodes[n]["op"] for n in nodes.values()}
+        self.op_of = {n: attrs[n]["op"] for n in nodes.values()}
         self.track = Tracker()
-        self.running: dict[str, _PendingStep] = {}  # each node runs at most once per pass
-        self.order: list[_PendingStep] = []
-        self.finished: set[str] = set()  # nodes whose post-hook ran: a backward error came from one that did not
+        self.early: dict[str, tuple[list[Pending | None], Pending | None]] = {}  # read by _early pre-hooks
+        self.started: list[str] = []  # node ids in the order the engine started them
+        self.order: list[tuple[str, list[Pending | None], list[Pending | None], Pending | None, Pending | None]] = []
         self.leaf_grads: dict[str, torch.Tensor] = {}
         self.hidden: list[tuple[torch.Tensor, list[str]]] = []
         self.hidden_grads: dict[str, torch.Tensor | None] = {}
-        # Leaf values are read from .grad after the pass (AccumulateGrad then moves the received tensor
-        # into .grad instead of copying it: a held reference forces a copy, 0.5 GB on GPT-2 124M), unless
-        # something may change .grad after accumulation: a post-accumulate hook, DDP/FSDP's reducers.
-        self.from_grad = not accumulate and keep_leaf_values and not _distributed()
+        self.distributed = _distributed()
+
+    @property
+    def finished(self) -> set[str]:
+        return {entry[0] for entry in self.order}
 
     def install(self, nodes: dict[Any, str]) -> list[Any]:
         handles = []
+        started = self.started.append
         for fn, node_id in nodes.items():
-            handles.append(fn.register_prehook(self._pre(node_id)))
+            if self._needs_early(fn, node_id):
+                handles.append(fn.register_prehook(self._early(node_id)))
+            else:
+                handles.append(fn.register_prehook(lambda _, n=node_id: started(n)))
             handles.append(fn.register_hook(self._post(node_id)))
         for t, param_names in self.hidden:
             handles.append(t.register_hook(self._arrived(param_names)))  # type: ignore[no-untyped-call]
         return handles
 
-    def _pre(self, node_id: str) -> Any:
-        op, leaf = self.op_of[node_id], self.leaf_tensors.get(node_id)
-        reuse = node_id in self.one_slot
-        by_ref = leaf is not None and self.from_grad and not getattr(leaf, "_post_accumulate_grad_hooks", None)
+    def _needs_early(self, fn: Any, node_id: str) -> bool:
+        leaf = self.leaf_tensors.get(node_id)
+        if leaf is None:
+            return is_custom(fn)
+        return self.accumulate or self.distributed or bool(getattr(leaf, "_post_accumulate_grad_hooks", None))
+
+    def _early(self, node_id: str) -> Any:
+        leaf, reuse = self.leaf_tensors.get(node_id), node_id in self.one_slot
 
         def hook(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
-            step = Step(len(self.rec.steps) + len(self.order), self.pass_index, node_id, op, [], [], [])
+            self.started.append(node_id)
             if leaf is None:
-                p = _PendingStep(step, [self.track(g, self.keep_values, reuse=reuse) for g in grad_outputs])
-            else:
-                keep = self.keep_leaf and not by_ref
-                p = _PendingStep(step, [self.track(g, keep, copy=self.accumulate, reuse=reuse) for g in grad_outputs])
-                p.by_ref = by_ref
-                if self.accumulate:  # .grad is about to change in place: fresh statistics, a copy of the values
-                    p.before = self.track(leaf.grad, self.keep_leaf)
-            self.running[node_id] = p
-            self.order.append(p)
+                self.early[node_id] = ([self.track(g, self.keep_values, reuse=reuse) for g in grad_outputs], None)
+                return
+            outs = [self.track(g, self.keep_leaf, copy=self.accumulate, reuse=reuse) for g in grad_outputs]
+            # accumulate: .grad is about to change in place: its statistics and values now
+            self.early[node_id] = (outs, self.track(leaf.grad, self.keep_leaf) if self.accumulate else None)
         return hook
 
     def _post(self, node_id: str) -> Any:
         same = self.op_of[node_id] in SAME_ELEMENTS
-        producers, leaf = self.producers[node_id], self.leaf_tensors.get(node_id)
+        leaf, reuse = self.leaf_tensors.get(node_id), node_id in self.one_slot
+        keep_out = self.keep_leaf if leaf is not None else self.keep_values
+        track, early, append = self.track, self.early, self.order.append
 
         def hook(grad_inputs: tuple[torch.Tensor | None, ...], grad_outputs: tuple[Any, ...]) -> None:
-            p = self.running[node_id]
-            self.finished.add(node_id)
-            if same and len(grad_inputs) == 1 and len(p.outs) == 1:
-                p.ins = [self.track.same(grad_inputs[0], p.outs[0], self.keep_values)]  # a view of what arrived
+            got = early.pop(node_id, None)
+            # Read after the node ran: a leaf's gradient is .grad by now, held without a copy.
+            outs, before = got if got is not None else (
+                [track(g, keep_out, copy=False, reuse=reuse) for g in grad_outputs], None)
+            if same and len(grad_inputs) == 1 and len(outs) == 1:
+                ins = [track.same(grad_inputs[0], outs[0], self.keep_values)]  # a view of what arrived
             else:
-                p.ins = [self.track(g, self.keep_values) for g in grad_inputs]
-            for input_nr, (g, producer) in enumerate(zip(grad_inputs, producers, strict=False)):
-                if g is not None and producer is not None:
-                    p.step.deliveries.append(Delivery(producer[0], producer[1], input_nr))
+                ins = [track(g, self.keep_values) for g in grad_inputs]
+            after = None
             if leaf is not None:
-                received = p.outs[0] if p.outs else None
+                received = outs[0] if outs else None
                 if received is not None and received.value is not None:
                     self.leaf_grads[node_id] = received.value
                 # Without accumulate the slot was empty, so .grad is exactly what arrived: no copy.
-                p.after = self.track(leaf.grad, self.keep_leaf) if self.accumulate else received
+                after = track(leaf.grad, self.keep_leaf) if self.accumulate else received
+            append((node_id, outs, ins, before, after))
         return hook
 
     def _arrived(self, param_names: list[str]) -> Any:
@@ -374,30 +384,28 @@ class _Recorder:
                     self.hidden_grads[name] = old + g.detach()
         return hook
 
-    def read_leaf_values(self) -> None:
-        """Leaves whose received gradient was not held: it is their ``.grad`` now (slot emptied first)."""
-        for p in self.order:
-            node_id = p.step.node
-            if p.by_ref and node_id not in self.leaf_grads and p.outs and p.outs[0] is not None:
-                value = self.leaf_tensors[node_id].grad
-                if value is not None:
-                    self.leaf_grads[node_id] = value.detach()
-                    p.outs[0].value = value.detach()
+    def failing(self) -> str | None:
+        """The node the engine started last without finishing it (where a backward error came from)."""
+        done = self.finished
+        return next((n for n in reversed(self.started) if n not in done), None)
 
     def finish(self) -> None:
         """Statistics to numbers, the steps into the recording."""
-        tracked = [t for p in self.order for t in (*p.outs, *p.ins, p.before, p.after) if t is not None]
+        tracked = [t for _, outs, ins, before, after in self.order for t in (*outs, *ins, before, after)
+                   if t is not None]
         resolved = resolve(tracked)
 
         def get(t: Pending | None) -> GradStats | None:
             return resolved[id(t)] if t is not None else None
 
-        for p in self.order:
-            p.step.grad_outputs = [get(t) for t in p.outs]
-            p.step.grad_inputs = [get(t) for t in p.ins]
-            p.step.leaf_before, p.step.leaf_after = get(p.before), get(p.after)
-        rec = self.rec
-        rec.steps.extend(p.step for p in self.order)
+        rec, first = self.rec, len(self.rec.steps)
+        for i, (node_id, outs, ins, before, after) in enumerate(self.order):
+            producers = self.producers[node_id]
+            deliveries = [Delivery(producer[0], producer[1], input_nr)
+                          for input_nr, (g, producer) in enumerate(zip(ins, producers, strict=False))
+                          if g is not None and producer is not None]
+            rec.steps.append(Step(first + i, self.pass_index, node_id, self.op_of[node_id], [get(t) for t in outs],
+                                  [get(t) for t in ins], deliveries, get(before), get(after)))
         rec._leaf_grads.append(self.leaf_grads)
         rec._hidden_grads.append(self.hidden_grads)
         rec._hidden_names.update(name for _, param_names in self.hidden for name in param_names)

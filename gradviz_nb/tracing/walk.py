@@ -299,8 +299,9 @@ def _held_entries(held: list[tuple[str, torch.Tensor]], storages: Storages, via:
 _custom_by_type: dict[type, bool] = {}
 
 
-def _is_custom(fn: Any) -> bool:
-    """A custom ``autograd.Function``'s node: its ctx can keep tensors on attributes."""
+def is_custom(fn: Any) -> bool:
+    """A custom ``autograd.Function``'s node: its ctx can keep tensors on attributes, and its backward is
+    the user's code (it may write a gradient it received in place)."""
     kind = type(fn)
     custom = _custom_by_type.get(kind)
     if custom is None:
@@ -488,7 +489,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
         )
         if op == "AccumulateGrad":
             raw.leaf = fn.variable
-        elif _is_custom(fn):
+        elif is_custom(fn):
             _ctx_entries(fn, raw, storages, checkpoints)
         nodes.append(raw)
     anchor(order, [[p for p, _ in r.inputs] for r in nodes])
