@@ -6,8 +6,8 @@
 - folding: GPT-2's six identical blocks are one stacked box; a real click unfolds it;
 - search: typing + Enter, or a click on a result, reveals (loads, opens, unfolds), selects and centres;
   ``selected`` set from Python on a hidden node reveals it too;
-- the view cap refuses an expand-all past 3,000 items, and a first view too big to draw is not drawn:
-  a search pick shows the match's neighbourhood.
+- the view cap refuses an expand-all past 3,000 items; a flat first view past the old 9,000-item cap is
+  drawn (the big view) and a search pick reveals its match.
 """
 
 from __future__ import annotations
@@ -236,23 +236,20 @@ def test_cap_refuses_expand_all(browser: Any, tmp_path: Path) -> None:
     assert p.errors == []
 
 
-def test_first_view_too_big_is_not_drawn_search_shows_a_neighbourhood(browser: Any, tmp_path: Path) -> None:
+def test_flat_first_view_past_the_old_cap_is_drawn_and_search_reveals(browser: Any, tmp_path: Path) -> None:
+    # Past 9,000 items a first view used to be left undrawn; the big view (js/src/view/bigview/) draws it.
     payload = synthetic_payload(n_blocks=400, ops_per_block=17, with_calls=False)
     n = len(payload["nodes"])
     assert n > 9000
     p = Page(browser, tmp_path, payload)
-    assert p.js("() => gv.hook.cy.nodes().length") == 0
-    assert f"{n:,} items" in p.message() and "gv.capture" in p.message() and "neighbourhood" in p.message()
+    root = "document.querySelector('.gradviz-root').dataset"
+    assert p.js(f"() => {root}.bigView") == "true" and int(p.js(f"() => {root}.visibleNodes")) == n
     p.search("blocks.200.w4")
     p.page.keyboard.press("Enter")
     p.js("() => gv.hook.idle()")
-    drawn = p.js("() => gv.hook.cy.nodes().length")
-    assert 1 < drawn <= 500
-    assert p.message().startswith("Showing the neighbourhood of blocks.200.w4")
-    assert p.js("() => gv.model.state.selected") != ""
-    p.page.locator("[data-testid=gradviz-search]").press("Escape")
-    p.js("() => gv.hook.idle()")
-    assert p.js("() => gv.hook.cy.nodes().length") == 0
+    leaf = next(x["id"] for x in payload["nodes"] if x["names"] == ["blocks.200.w4"])
+    assert p.js("() => gv.model.state.selected") == leaf
+    assert p.js("() => gv.hook.cy.$(':selected').map((e) => e.id())") == [f"n:{leaf}"]
     assert p.errors == []
 
 

@@ -6,6 +6,7 @@ import { foldKey } from "../state/fold";
 import { callKey, nodeKey, representative, visibleGraph, type VisibleGraph } from "../state/quotient";
 import type { Framing, Subject } from "../view/camera";
 import type { Anchor } from "../view/graphview";
+import { MOUNT_ZOOM } from "../view/bigview/bigview";
 import { NOTHING, type Core } from "./context";
 import { focusName, nodeById, showSelection } from "./selection";
 import { repaint } from "./paint";
@@ -88,9 +89,11 @@ function afterLayout(ctx: Core, shown: number, options: { anchor?: Anchor; fit?:
     ctx.toolbar.setMessage(
       `Large graph: ${shown} items on screen, drawn with a plain layered layout (straight edges; open ` +
         "boxes may overlap). " +
-        (ctx.index.order.length ? "Collapse module boxes for the full layout." : "Capture modules (gv.capture) to get collapsible boxes."),
+        (ctx.index.order.length ? "Collapse module boxes for the full layout." : "Capture modules (gv.capture) to get collapsible boxes.") +
+        (view.big ? ` Below ${Math.round(MOUNT_ZOOM * 100)}% nodes are drawn as plain shapes without labels (click one to select it).` : ""),
     );
   }
+  root.dataset.bigView = String(!!view.big);
   for (const f of ctx.features) f.laidOut?.();
   showSelection(ctx);
   repaint(ctx);

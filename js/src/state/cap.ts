@@ -9,8 +9,10 @@ import { graphIndex } from "./graphindex";
 
 /** Most items (nodes and boxes) a view may draw. */
 export const VIEW_CAP = 3000;
-/** An initial view past this is not drawn (search reveals neighbourhoods instead). */
-export const INITIAL_CAP = VIEW_CAP * 3;
+/** An initial view past this is not drawn (search reveals neighbourhoods instead). The big view
+ *  (view/bigview/) draws any size at a frame cost that follows the screen, so this is only where the
+ *  tested sizes end: the 100,000-node chain. */
+export const INITIAL_CAP = 100_000;
 /** A search pick in an undrawable graph shows this many hops up and down around the match... */
 export const NEIGHBOURHOOD_HOPS = 2;
 /** ...and at most this many nodes. */

@@ -9,6 +9,7 @@ import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
 import { avoidHeaders, orthogonalRoutes } from "./reroute";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
+import { BigView } from "./bigview/bigview";
 import { Camera } from "./camera";
 import { pullStubs } from "./stubs";
 import type { Theme } from "./theme";
@@ -100,6 +101,7 @@ export class GraphView {
   private container: HTMLElement;
   /** Pixels at the bottom of the canvas that a fit leaves free (the legend sits there). */
   private bottomReserve = 0;
+  big: BigView | null = null; // past BIG_VIEW_ITEMS items Cytoscape holds only what is near the viewport
 
   constructor(container: HTMLElement, theme: Theme, handlers: ViewHandlers) {
     this.theme = theme;
@@ -137,8 +139,9 @@ export class GraphView {
       if (e.originalEvent && e.originalEvent === lastEvent) return;
       lastEvent = e.originalEvent;
       const shift = !!(e.originalEvent as MouseEvent | undefined)?.shiftKey;
-      if (e.target === this.cy) handlers.background();
-      else if (e.target.isNode()) handlers.tap(e.target.id(), e.target.data("kind"), shift);
+      if (e.target === this.cy) {
+        if (!this.big?.tapped(e, handlers, shift)) handlers.background();
+      } else if (e.target.isNode()) handlers.tap(e.target.id(), e.target.data("kind"), shift);
       else if (e.target.isEdge()) handlers.tapEdge(e.target.id(), shift);
     });
     if (handlers.hover) {
@@ -191,6 +194,7 @@ export class GraphView {
     this.lastLayoutIncremental = layout.incremental;
     this.simple = layout.simple;
     const elements = toElements(graph, layout.layout, sizes);
+    if (this.showBig(graph, elements)) return true;
     const selected = this.cy.$("node:selected").map((n) => n.id());
     let fresh: ElementDefinition[] = elements;
     this.cy.batch(() => {
@@ -208,6 +212,15 @@ export class GraphView {
     if (options.anchor && this.cy.getElementById(options.anchor.key).nonempty()) this.keepAnchor(options.anchor);
     else if (options.fit) this.camera.frame(this.camera.subject);
     else this.camera.relaid();
+    return true;
+  }
+
+  /** Big view hook: a view past BIG_VIEW_ITEMS items goes to the big view (true). */
+  private showBig(graph: VisibleGraph, elements: ElementDefinition[]): boolean {
+    this.big = BigView.forSize(this.big, graph.items.length, () => new BigView(this.cy, this.container, this.theme, () => this.paint(this.paintState)));
+    if (!this.big) return false;
+    this.shown = graph;
+    this.big.load(elements);
     return true;
   }
 
@@ -403,6 +416,7 @@ export class GraphView {
   /** A theme and the features' Cytoscape rules for it (from `Feature.styles`, in stylesheet order). */
   setStyles(theme: Theme, featureRules: StylesheetJson): void {
     this.theme = theme;
+    this.big?.setTheme(theme);
     this.cy.style(stylesheet(theme, featureRules));
   }
 

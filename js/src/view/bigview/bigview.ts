@@ -75,6 +75,8 @@ export class BigView {
     this.canvas.dataset.testid = "gradviz-overview";
     this.canvas.style.cssText = "position:absolute;left:0;top:0;pointer-events:none;";
     container.insertBefore(this.canvas, container.firstChild);
+    // Page tests and image tools reach the view through its canvas (as `root.__gradviz` for the rest).
+    Object.assign(this.canvas, { __gradvizBig: this });
     this.ctx = this.canvas.getContext("2d");
     const empty = new GridIndex({ x1: new Float64Array(0), y1: new Float64Array(0), x2: new Float64Array(0), y2: new Float64Array(0) });
     this.scene = {
@@ -213,18 +215,12 @@ export class BigView {
     return { key: String(d.id), kind: String(d.kind) };
   }
 
-  /** Model bounds of everything (not only what is mounted); null when empty. */
-  bounds(): { x1: number; y1: number; x2: number; y2: number; w: number; h: number } | null {
+  /** Model rectangle of a node or box by element key (mounted or not); null when not drawn. */
+  rectOf(key: string): { x1: number; y1: number; x2: number; y2: number } | null {
+    const i = this.nodeAt.get(key);
+    if (i === undefined) return null;
     const r = this.scene.nodes.rects;
-    if (!r.x1.length) return null;
-    let [x1, y1, x2, y2] = [Infinity, Infinity, -Infinity, -Infinity];
-    for (let i = 0; i < r.x1.length; i++) {
-      x1 = Math.min(x1, r.x1[i]);
-      y1 = Math.min(y1, r.y1[i]);
-      x2 = Math.max(x2, r.x2[i]);
-      y2 = Math.max(y2, r.y2[i]);
-    }
-    return { x1, y1, x2, y2, w: x2 - x1, h: y2 - y1 };
+    return { x1: r.x1[i], y1: r.y1[i], x2: r.x2[i], y2: r.y2[i] };
   }
 
   private viewport(): Viewport {

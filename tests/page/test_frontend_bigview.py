@@ -1,0 +1,157 @@
+"""The big view (``js/src/view/bigview/``) on a flat 20,000-node chain, in the built bundle: what it does,
+not how fast (timings are printed; ``benchmarks/bench_bigview.py`` measures them against today's renderer).
+
+- after the first render Cytoscape holds only what is near the viewport, and zoomed out the overview
+  layer draws the nodes (pixels on its canvas);
+- at a readable zoom the nodes near the viewport centre are mounted with their labels, far fewer than
+  20,000, and panning moves the mounted set;
+- a click on a mounted node, and on a node the overview drew (zoomed out), selects it and the details
+  panel names it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pagekit
+import pytest
+import torch
+from pagekit import BUNDLE, HARNESS, SCREENSHOTS, MountedPage
+
+import gradviz_nb as gv
+from gradviz_nb.widgets.page import graph as graph_payload
+
+pytestmark = pytest.mark.browser
+browser = pagekit.browser
+
+NODES = 20_000
+SYNC_COUNT = "Number(gv.hook.cy.container().dataset.bigSyncs || 0)"
+# Mounted nodes: id, rendered centre, label, and whether Cytoscape shows it.
+MOUNTED = """() => gv.hook.cy.nodes().map((n) => ({ id: n.id(), x: n.renderedPosition('x'),
+  y: n.renderedPosition('y'), label: n.data('label'), kind: n.data('kind'), visible: n.visible() }))"""
+OVERVIEW = "() => gv.el.querySelector('[data-testid=gradviz-overview]')"
+# Pixels the overview layer painted (alpha > 0) and the nodes it says it drew in its last frame.
+PAINTED = """() => { const c = gv.el.querySelector('[data-testid=gradviz-overview]');
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+  return { pixels: n, drawn: Number(c.dataset.drawnNodes) }; }"""
+
+
+@pytest.fixture(scope="module")
+def chain() -> dict[str, Any]:
+    """A traced flat chain: one leaf, Mul after Mul, a Sum and the loss; no module boxes."""
+    w = torch.ones(3, requires_grad=True)
+    x = w
+    for _ in range(NODES - 2):
+        x = x * 1.0
+    return dict(graph_payload(gv.trace(x.sum())))
+
+
+class ChainPage(MountedPage):
+    """MountedPage with the state sent as JSON text: Playwright's own argument encoding takes minutes
+    for a 7.5 MB payload on a busy machine, JSON.parse a fraction of a second."""
+
+    def __init__(self, browser: Any, tmp_path: Path, state: dict[str, Any]) -> None:
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1040, "height": 900})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", self._dialog)
+        html = tmp_path / "index.html"
+        host = '<div id="host" style="width:1000px"></div>'
+        html.write_text(f'<!doctype html><html><body style="margin:10px">{host}</body></html>')
+        self.page.goto(html.as_uri())
+        mount = f"([source, text]) => ({HARNESS})([source, JSON.parse(text), null])"
+        self.page.evaluate(mount, [BUNDLE.read_text(), json.dumps(state)])
+
+
+def settle(p: MountedPage, before: int) -> None:
+    """Wait until the big view has re-synced after a viewport change (it waits for the motion to stop)."""
+    p.page.wait_for_function(f"() => {SYNC_COUNT} > {before}", timeout=10_000)
+
+
+def move(p: MountedPage, viewport_js: str) -> None:
+    """Change the viewport with `viewport_js` (using `cy`) and wait for the re-sync."""
+    before = p.js(f"() => {SYNC_COUNT}")
+    p.js(f"() => {{ const cy = gv.hook.cy; {viewport_js}; }}")
+    settle(p, before)
+
+
+def test_flat_20k_chain_draws_mounts_near_the_viewport_and_selects(
+    browser: Any, tmp_path: Path, chain: dict[str, Any]
+) -> None:
+    p = ChainPage(browser, tmp_path, {"graph_data": chain, "height": 600})
+    root = "document.querySelector('.gradviz-root').dataset"
+    assert p.js(f"() => {root}.bigView") == "true"
+    assert int(p.js(f"() => {root}.visibleNodes")) == len(chain["nodes"]) > NODES - 5
+    assert "plain shapes" in p.js("() => document.querySelector('[data-testid=gradviz-message]').textContent")
+    first = p.js("() => ({ zoom: gv.hook.cy.zoom(), elements: gv.hook.cy.elements().length })")
+    print(f"\nfirst view: zoom {first['zoom']:.2f}, {first['elements']} elements in Cytoscape")
+    assert 0 < first["elements"] < 2000
+
+    # Zoomed out below a readable zoom: nothing but the loss stays in Cytoscape, the overview draws the chain.
+    move(p, "cy.zoom({ level: 0.1, renderedPosition: { x: cy.width() / 2, y: cy.height() / 2 } })")
+    far = p.js(MOUNTED)
+    assert [n["kind"] for n in far] == ["root"]
+    painted = p.js(PAINTED)
+    assert painted["drawn"] > 20 and painted["pixels"] > 500, painted
+    p.page.screenshot(path=str(SCREENSHOTS / "bigview_far_light.png"))
+
+    # Readable again, in the middle of the chain: labelled nodes near the centre, far fewer than 20,000.
+    loss = p.js("() => gv.hook.cy.nodes('[kind = \"root\"]').position()")
+    mid = f"{{ x: cy.width() / 2 - {loss['x']}, y: cy.height() / 2 - {loss['y'] / 2} }}"
+    move(p, f"cy.viewport({{ zoom: 1, pan: {mid} }})")
+    near = [n for n in p.js(MOUNTED) if n["kind"] != "root"]
+    w, h = p.js("() => [gv.hook.cy.width(), gv.hook.cy.height()]")
+    print(f"mounted at 100% mid-chain: {len(near)} nodes")
+    assert 5 < len(near) < 500
+    assert all(-w <= n["x"] <= 2 * w and -h <= n["y"] <= 2 * h for n in near), "mounted far from the viewport"
+    centre = min(near, key=lambda n: (n["x"] - w / 2) ** 2 + (n["y"] - h / 2) ** 2)
+    assert abs(centre["y"] - h / 2) < 60 and centre["label"].startswith("Mul") and centre["visible"]
+    p.page.screenshot(path=str(SCREENSHOTS / "bigview_near_light.png"))
+
+    # A click on a mounted node selects it and the details panel names it.
+    node_id = centre["id"][2:]
+    pt = p.js("(id) => gv.hook.nodePoint(id)", node_id)
+    p.page.mouse.click(pt["x"], pt["y"])
+    p.page.wait_for_function("(id) => gv.model.state.selected === id", arg=node_id)
+    assert p.js("() => gv.hook.cy.$(':selected').map((n) => n.id())") == [centre["id"]]
+    title = p.js("() => document.querySelector('[data-testid=gradviz-details-title]').textContent")
+    assert title.startswith("Mul"), title
+
+    # Panning two screens down the chain mounts other nodes; the selection stays mounted.
+    ids = {n["id"] for n in near}
+    move(p, "cy.panBy({ x: 0, y: -2 * cy.height() })")
+    after = {n["id"] for n in p.js(MOUNTED) if n["kind"] != "root"}
+    assert centre["id"] in after and 5 < len(after) < 500
+    assert len(after - ids) > len(after) // 3, "the mounted set did not follow the pan"
+    assert p.errors == []
+
+
+def test_click_on_a_node_the_overview_drew_selects_it(browser: Any, tmp_path: Path, chain: dict[str, Any]) -> None:
+    p = ChainPage(browser, tmp_path, {"graph_data": chain, "height": 600})
+    move(p, "cy.zoom({ level: 0.2, renderedPosition: { x: cy.width() / 2, y: cy.height() / 2 } })")
+    # A node some way up the chain, drawn by the overview only (nothing but the loss is mounted).
+    target = p.js(
+        """() => { const big = gv.el.querySelector('[data-testid=gradviz-overview]').__gradvizBig;
+        const cy = gv.hook.cy;
+        const pan = cy.pan(), z = cy.zoom();
+        for (const id of gv.model.state.graph_data.nodes.map((n) => n.id)) {
+          const r = big.rectOf('n:' + id);
+          const y = r ? pan.y + z * (r.y1 + r.y2) / 2 : -1;
+          if (y > cy.height() * 0.3 && y < cy.height() * 0.6)
+            return { id, x: pan.x + z * (r.x1 + r.x2) / 2, y, h: z * (r.y2 - r.y1) };
+        }
+        return null; }"""
+    )
+    assert target is not None and target["h"] >= 4
+    assert p.js("() => gv.hook.cy.nodes().map((n) => n.data('kind'))") == ["root"]
+    box = p.page.locator("[data-testid=gradviz-canvas]").bounding_box()
+    p.page.mouse.click(box["x"] + target["x"], box["y"] + target["y"])
+    p.page.wait_for_function("(id) => gv.model.state.selected === id", arg=target["id"])
+    title = p.js("() => document.querySelector('[data-testid=gradviz-details-title]').textContent")
+    assert title.startswith("Mul") or title.startswith("Sum"), title
+    assert p.errors == []
