@@ -11,7 +11,7 @@ from typing import Any
 import pagekit
 import pytest
 import torch
-from pagekit import SCREENSHOTS, MountedPage
+from pagekit import SCREENSHOTS, MountedPage, load_fixture
 
 import gradviz_nb as gv
 from gradviz_nb.widgets.page import graph as graph_payload
@@ -107,6 +107,26 @@ def test_no_capture_note_only_when_boxes_would_help(browser: Any, tmp_path: Path
     assert notes.is_visible() and notes.inner_text().startswith(NO_BOXES)
     bars = p.js(BARS_JS)
     assert len(bars) == 1 and bars[0][1] <= 32, bars
+    assert p.errors == []
+
+
+def test_hidden_entries_take_no_room_in_the_line(browser: Any, tmp_path: Path) -> None:
+    # A diff: the what-if and checkpoint entries are there but hidden; the diff's headline leads the line.
+    data = load_fixture("diff_lora.json")["added"]
+    state = {"graph_data": data["graph"], "expanded": [], "height": 500, "diff": data["diff"]}
+    p = MountedPage(browser, tmp_path, state, viewport=(1240, 800), width=1200)
+    status = p.page.locator("[data-testid=gradviz-status]").bounding_box()
+    title = p.page.locator("[data-testid=gradviz-diff-title]")
+    box = title.bounding_box()
+    assert status and box and status["y"] <= box["y"] and box["y"] + box["height"] <= status["y"] + status["height"] + 1
+    assert title.inner_text().startswith("Diff: ")
+    hidden = p.js("() => [...document.querySelectorAll('.gradviz-status-entry[hidden]')].map((e) => e.offsetWidth)")
+    assert hidden and set(hidden) == {0}, hidden
+    # The summary under the headline is behind the expander.
+    more = p.page.locator("[data-testid=gradviz-status-more]")
+    assert more.is_visible()
+    more.click()
+    assert p.page.locator("[data-testid=gradviz-diff-summary]").is_visible()
     assert p.errors == []
 
 

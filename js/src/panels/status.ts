@@ -36,7 +36,7 @@ export function createStatusLine(): StatusLine {
     const visible = shown();
     element.hidden = visible.length === 0;
     // More than one entry, or one that holds more than its lead line: there is something to expand.
-    const hidden = visible.length > 1 || visible.some((e) => lines(e) > 1 || e.scrollWidth > e.clientWidth + 1);
+    const hidden = visible.length > 1 || visible.some((e) => lines(e) > 1 || clipped(e));
     more.hidden = !hidden && !open;
     setText(more, open ? "▴ less" : visible.length > 1 ? `▾ ${visible.length - 1} more` : "▾ more");
     element.classList.toggle("gradviz-status-open", open);
@@ -69,16 +69,24 @@ export function createStatusLine(): StatusLine {
   };
 }
 
-/** Visible block children of an entry with text: more than one means the entry has more than its lead. */
+/** Whether the one-line layout cuts an entry short (measured: it has been laid out). */
+function clipped(e: HTMLElement): boolean {
+  return e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1;
+}
+
+const LINE_TAGS = new Set(["DIV", "P", "SUMMARY", "LI"]);
+const HOLDERS = new Set(["DIV", "DETAILS", "UL", "OL"]);
+
+/** Lines of text an entry holds (its innermost visible blocks with text): more than one means the
+ *  entry has more than its lead line. */
 function lines(el: HTMLElement): number {
   let n = 0;
   const walk = (e: Element): void => {
     for (const c of e.children) {
       if (!(c instanceof HTMLElement) || c.hidden) continue;
-      if (c.tagName === "DIV" || c.tagName === "P") {
-        if (c.children.length && [...c.children].some((k) => k.tagName === "DIV" || k.tagName === "P")) walk(c);
-        else if (c.textContent) n++;
-      }
+      const blocks = [...c.children].some((k) => LINE_TAGS.has(k.tagName) || HOLDERS.has(k.tagName));
+      if (blocks && HOLDERS.has(c.tagName)) walk(c);
+      else if (LINE_TAGS.has(c.tagName) && c.textContent) n++;
     }
   };
   walk(el);

@@ -11,6 +11,7 @@ import { repaint } from "../../core/paint";
 import { showSelection } from "../../core/selection";
 import css from "./diff.css";
 import { createDiffPanel } from "./panel";
+import { RANK } from "../../panels/status";
 import { badgeText, diffDecorations, diffText, normalizeDiff, type DiffDecorations } from "./state";
 
 export interface DiffHooks {
@@ -30,11 +31,11 @@ export function diffPalette(t: Theme): { added: string; addedFill: string; remov
   };
 }
 
-export const diff: FeatureFactory<DiffHooks> = (core: Core, slots): Feature<DiffHooks> => {
+export const diff: FeatureFactory<DiffHooks> = (core: Core): Feature<DiffHooks> => {
   let current: GraphDiff | null = null;
   let deco: DiffDecorations | null = null;
   const panel = createDiffPanel();
-  slots.top.append(panel.element);
+  core.toolbar.status.add(panel.element, RANK.headline); // the headline shares the status line
 
   /** The one-line summary (hidden without a diff). */
   function read(): void {
