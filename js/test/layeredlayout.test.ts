@@ -10,7 +10,7 @@ import { indexCalls, nodeKey, visibleGraph, type VisibleGraph } from "../src/sta
 import type { Layout, Point, Size } from "../src/view/elkgraph";
 import { layeredLayout } from "../src/view/layered/compound";
 import { placeRow } from "../src/view/layered/level";
-import { assignTracks } from "../src/view/layered/tracks";
+import { assignTracks, crossingsAbove } from "../src/view/layered/tracks";
 import { quality } from "./layoutquality";
 
 const nested: GraphPayload = JSON.parse(readFileSync(new URL("../../tests/fixtures/nested_modules.json", import.meta.url), "utf8"));
@@ -135,9 +135,18 @@ test("placeRow: the closest positions that keep order and gaps", () => {
   assert.deepEqual(Array.from(free), [0, 100]);
 });
 
-test("assignTracks: overlapping pieces get different tracks, disjoint ones share", () => {
-  const { track, count } = assignTracks([0, 5, 40], [30, 60, 80]);
-  assert.equal(count, 2);
+test("assignTracks: overlapping pieces get different tracks, disjoint ones share, stacked to cross least", () => {
+  const down = (a: number, b: number) => ({ a, aUp: true, b, bUp: false });
+  assert.equal(assignTracks([down(0, 30), down(40, 80)]).count, 1);
+  const { track } = assignTracks([down(0, 30), down(5, 60), down(40, 80)]);
   assert.notEqual(track[0], track[1]);
-  assert.equal(track[2], track[0]);
+  assert.notEqual(track[1], track[2]);
+  // Two pieces both turning right: the one whose drop is further right runs on top, so neither
+  // vertical cuts the other's piece (the other order crosses twice).
+  const p = down(0, 50);
+  const q = down(20, 80);
+  assert.equal(crossingsAbove(q, p), 0);
+  assert.equal(crossingsAbove(p, q), 2);
+  const t = assignTracks([p, q]).track;
+  assert.ok(t[1] < t[0], `tracks ${Array.from(t)}`);
 });

@@ -8,7 +8,7 @@
 // edge goes down out of its source too, up a lane beside the layers and into its target from above.
 // Nothing but a route's own ends is ever in its way: layers keep their members apart, gaps are empty.
 import type { Point } from "../elkgraph";
-import { assignTracks } from "./tracks";
+import { assignTracks, type Piece } from "./tracks";
 
 export interface LevelUnit {
   w: number;
@@ -356,19 +356,19 @@ function placeY(units: readonly LevelUnit[], slots: Slots, cx: Float64Array, off
   const xs = slots.chain.map((c, e) =>
     Array.from(c, (k, j) => (k >= n ? cx[k] : cx[k] - units[k].w / 2 + (j === 0 ? offsets.s[e] : offsets.t[e]))),
   );
-  const lo: number[][] = Array.from({ length: L + 1 }, () => []);
-  const hi: number[][] = Array.from({ length: L + 1 }, () => []);
+  const pieces: Piece[][] = Array.from({ length: L + 1 }, () => []);
   const who: [number, number][][] = Array.from({ length: L + 1 }, () => []);
   slots.channel.forEach((gaps, e) =>
     gaps.forEach((g, j) => {
       const [a, b] = [xs[e][j], xs[e][j + 1]];
       if (Math.abs(a - b) < 1e-6) return;
-      lo[g].push(Math.min(a, b));
-      hi[g].push(Math.max(a, b));
+      // A slot in a layer above the gap is reached going up from the track.
+      const c = slots.chain[e];
+      pieces[g].push({ a, aUp: slots.layer[c[j]] < g, b, bUp: slots.layer[c[j + 1]] < g });
       who[g].push([e, j]);
     }),
   );
-  const tracks = lo.map((l, g) => assignTracks(l, hi[g]));
+  const tracks = pieces.map((p) => assignTracks(p));
   const layerH = new Float64Array(L);
   for (let k = 0; k < n; k++) layerH[slots.layer[k]] = Math.max(layerH[slots.layer[k]], units[k].h);
   const terminals = new Uint8Array(L);
