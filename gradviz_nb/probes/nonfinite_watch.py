@@ -136,6 +136,13 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], pos: int, name: str) -> 
 class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Checks every op's floating outputs and keeps the provenance of non-finite tensors."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's __torch_dispatch__ in torch._dynamo.disable unless this says no: 6 us of the
+        # 28 us a do-nothing mode adds per op (a 12-block GPT's step runs 1,239 ops). The wrapper is not
+        # needed here: Dynamo skips every frame while a dispatch mode is on the stack (convert_frame).
+        return False
+
     def __init__(self, model: nn.Module | None, before_write: Callable[[torch.Tensor], None] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.model = model

@@ -379,30 +379,25 @@ _UNHELD = _refs_of_slot(_probe, 0)  # what an item held by the list alone shows 
 del _probe
 
 
-def anchor(fns: list[Any], producers: list[list[int]]) -> int:
+def anchor(fns: list[Any], producers: list[list[int]], seqs: list[int] | None = None) -> int:
     """Anchor nodes of a walked graph so freeing it never recurses deeper than ``ANCHOR_EVERY``.
 
     ``fns[k]`` is a walked node (its Python wrapper), ``producers[k]`` the indices of the nodes its
-    inputs come from. Nodes are visited producers first (Kahn's order); a node is anchored when the
-    longest chain of unanchored nodes below it reaches ``ANCHOR_EVERY``. Returns how many were anchored.
+    inputs come from. Nodes are visited producers first; a node is anchored when the longest chain of
+    unanchored nodes below it reaches ``ANCHOR_EVERY``. ``seqs`` (autograd sequence numbers) give that
+    order by one sort when they are one (a node is made after its inputs' nodes), else Kahn's order is
+    used; both anchor the same nodes. Returns how many were anchored.
     """
     n = len(fns)
     if n < ANCHOR_EVERY:
         return 0
     release_anchors()
-    pending = [0] * n
-    consumers: list[list[int]] = [[] for _ in range(n)]
-    for k, ps in enumerate(producers):
-        distinct = set(ps)
-        distinct.discard(-1)
-        pending[k] = len(distinct)
-        for p in distinct:
-            consumers[p].append(k)
+    order = _seq_order(producers, seqs) if seqs is not None else None
+    if order is None:
+        order = _kahn_order(producers)
     chain = [0] * n
-    ready = [k for k in range(n) if not pending[k]]
     count = 0
-    while ready:
-        k = ready.pop()
+    for k in order:
         below = 0
         for p in producers[k]:
             if p >= 0 and chain[p] > below:
@@ -412,11 +407,42 @@ def anchor(fns: list[Any], producers: list[list[int]]) -> int:
             count += 1
             below = -1
         chain[k] = below + 1
+    return count
+
+
+def _seq_order(producers: list[list[int]], seqs: list[int]) -> list[int] | None:
+    """Nodes by sequence number, input-less nodes (leaves' AccumulateGrad) first; None unless every node
+    comes after its producers (graphs built on several threads number nodes per thread)."""
+    order = sorted(range(len(producers)), key=lambda k: seqs[k] if producers[k] else -1)
+    done = [False] * len(producers)
+    for k in order:
+        for p in producers[k]:
+            if p >= 0 and not done[p]:
+                return None
+        done[k] = True
+    return order
+
+
+def _kahn_order(producers: list[list[int]]) -> list[int]:
+    n = len(producers)
+    pending = [0] * n
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    for k, ps in enumerate(producers):
+        distinct = set(ps)
+        distinct.discard(-1)
+        pending[k] = len(distinct)
+        for p in distinct:
+            consumers[p].append(k)
+    ready = [k for k in range(n) if not pending[k]]
+    order = []
+    while ready:
+        k = ready.pop()
+        order.append(k)
         for c in consumers[k]:
             pending[c] -= 1
             if not pending[c]:
                 ready.append(c)
-    return count
+    return order
 
 
 def release_anchors(*_: Any) -> None:
@@ -492,7 +518,7 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
         elif is_custom(fn):
             _ctx_entries(fn, raw, storages, checkpoints)
         nodes.append(raw)
-    anchor(order, [[p for p, _ in r.inputs] for r in nodes])
+    anchor(order, [[p for p, _ in r.inputs] for r in nodes], [r.seq for r in nodes])
     if checkpoints.count:
         _frame_entries(nodes, checkpoints, storages)
     return nodes, keys
