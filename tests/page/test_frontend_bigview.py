@@ -19,6 +19,7 @@ import pagekit
 import pytest
 import torch
 from pagekit import BUNDLE, HARNESS, SCREENSHOTS, MountedPage
+from test_frontend_details import DARK, SET_THEME_JS
 
 import gradviz_nb as gv
 from gradviz_nb.widgets.page import graph as graph_payload
@@ -98,7 +99,6 @@ def test_flat_20k_chain_draws_mounts_near_the_viewport_and_selects(
     assert [n["kind"] for n in far] == ["root"]
     painted = p.js(PAINTED)
     assert painted["drawn"] > 20 and painted["pixels"] > 500, painted
-    p.page.screenshot(path=str(SCREENSHOTS / "bigview_far_light.png"))
 
     # Readable again, in the middle of the chain: labelled nodes near the centre, far fewer than 20,000.
     loss = p.js("() => gv.hook.cy.nodes('[kind = \"root\"]').position()")
@@ -111,7 +111,6 @@ def test_flat_20k_chain_draws_mounts_near_the_viewport_and_selects(
     assert all(-w <= n["x"] <= 2 * w and -h <= n["y"] <= 2 * h for n in near), "mounted far from the viewport"
     centre = min(near, key=lambda n: (n["x"] - w / 2) ** 2 + (n["y"] - h / 2) ** 2)
     assert abs(centre["y"] - h / 2) < 60 and centre["label"].startswith("Mul") and centre["visible"]
-    p.page.screenshot(path=str(SCREENSHOTS / "bigview_near_light.png"))
 
     # A click on a mounted node selects it and the details panel names it.
     node_id = centre["id"][2:]
@@ -154,4 +153,26 @@ def test_click_on_a_node_the_overview_drew_selects_it(browser: Any, tmp_path: Pa
     p.page.wait_for_function("(id) => gv.model.state.selected === id", arg=target["id"])
     title = p.js("() => document.querySelector('[data-testid=gradviz-details-title]').textContent")
     assert title.startswith("Mul") or title.startswith("Sum"), title
+    assert p.errors == []
+
+
+def test_screenshots_far_and_near_light_and_dark(browser: Any, tmp_path: Path, chain: dict[str, Any]) -> None:
+    """Zoomed out (overview only) and at 100% (mounted, labelled), in both themes: look at the PNGs."""
+    p = ChainPage(browser, tmp_path, {"graph_data": chain, "height": 600})
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    root = p.page.locator("[data-testid=gradviz-root]")
+    loss = p.js("() => gv.hook.cy.nodes('[kind = \"root\"]').position()")
+    for theme in ("light", "dark"):
+        if theme == "dark":
+            p.js(SET_THEME_JS, DARK)
+            p.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.theme === 'dark'")
+        for name, zoom in (("far", 0.15), ("near", 1.0)):
+            move(p, f"cy.viewport({{ zoom: {zoom}, pan: {{ x: cy.width() / 2 - {zoom} * {loss['x']}, "
+                    f"y: cy.height() - 40 - {zoom} * {loss['y']} }} }})")
+            p.page.wait_for_timeout(100)
+            if name == "far":
+                assert p.js(PAINTED)["drawn"] > 20
+            else:
+                assert p.js("() => gv.hook.cy.nodes().length") > 5
+            root.screenshot(path=str(SCREENSHOTS / f"bigview-{name}-{theme}.png"))
     assert p.errors == []
