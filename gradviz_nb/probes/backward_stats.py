@@ -118,17 +118,16 @@ class Tracker:
 
 
 def resolve(tracked: list[Pending]) -> dict[int, GradStats]:
-    """Every pending statistic to floats in one go: one stack and one ``tolist`` per device (per dtype:
-    a stack promotes). Returns ``id(pending) -> GradStats``."""
+    """Every pending statistic to floats in one go: one stack and one ``tolist`` per device (a stack of
+    mixed float dtypes promotes to the widest, which holds every value exactly). Returns
+    ``id(pending) -> GradStats``."""
     unique = list({id(t): t for t in tracked}.values())
-    scalars = [s for t in unique for s in t.stats]
-    if not scalars:
-        return {}
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for i, s in enumerate(scalars):
-        groups.setdefault((s.device, s.dtype), []).append(i)
-    numbers: list[float] = [0.0] * len(scalars)
-    for idx in groups.values():
-        for i, v in zip(idx, torch.stack([scalars[i] for i in idx]).tolist(), strict=True):
-            numbers[i] = v
-    return {id(t): t.resolve(numbers[4 * k: 4 * k + 4]) for k, t in enumerate(unique)}
+    groups: dict[torch.device, list[Pending]] = {}
+    for t in unique:  # a gradient's four statistics share its device: one read per gradient
+        groups.setdefault(t.stats[0].device, []).append(t)
+    out: dict[int, GradStats] = {}
+    for members in groups.values():
+        numbers: list[float] = torch.stack([s for t in members for s in t.stats]).tolist()
+        for k, t in enumerate(members):
+            out[id(t)] = t.resolve(numbers[4 * k: 4 * k + 4])
+    return out

@@ -84,11 +84,16 @@ def _trace(
     checkpoints = _checkpoint_contents({f"n{k}": fn for fn, k in keys.items() if k in opaque}, model, names
                                        ) if opaque else {}
     del edges, keys
-    leaf_of_tensor = {id(r.leaf): f"n{r.key}" for r in raw if r.leaf is not None}
-    values = {f"n{r.key}": _small(r.leaf) for r in raw if r.leaf is not None}
+    leaf_of_tensor: dict[int, str] = {}
+    values: dict[str, list[float] | None] = {}
     # Leaves by weak reference: the details panel asks for their statistics (and .grad's) when one is
     # selected (tracing/summary.py); the graph never keeps a tensor alive.
-    live = {f"n{r.key}": weakref.ref(r.leaf) for r in raw if r.leaf is not None}
+    live: dict[str, weakref.ref[torch.Tensor]] = {}
+    for r in raw:
+        if r.leaf is not None:
+            node_id = leaf_of_tensor[id(r.leaf)] = f"n{r.key}"
+            values[node_id] = _small(r.leaf)
+            live[node_id] = weakref.ref(r.leaf)
     values.update((f"root{i}", _small(t)) for i, t in enumerate(tensors))
     leaf_names = _leaf_names(raw, model, names)
     graph = _build(raw, root_edges, tensors, leaf_names, [c for cap in captures for c in cap.calls])
@@ -396,6 +401,8 @@ def _relevant_ghosts(
     g: nx.DiGraph, ghosts: list[Ghost], leaf_of_tensor: dict[int, str]
 ) -> list[tuple[Ghost, str | None, list[str]]]:
     """Ghosts touching this graph, with their source and target node ids."""
+    if not ghosts:
+        return []
     node_of_seq = {d["seq"]: n for n, d in g.nodes(data=True) if d["kind"] == "op"}
     out = []
     for gh in ghosts:
