@@ -15,6 +15,8 @@ from . import canvas_checks as cc
 from .jupyterlab import JupyterLabServer, LabNotebook
 from .test_jupyterlab_widget import _assert_clean_console
 
+SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
+
 CELLS = [
     """\
 import torch
@@ -25,6 +27,7 @@ model = GPT2(GPT2Config(n_layer=4, n_head=2, d_model=32, vocab=101, block_size=1
 with gv.capture(model) as cap:
     loss = gpt2_loss(model)
 w = gv.GraphWidget(loss, model=model, capture=cap, height=640)
+w.expanded = []  # the first view opens what fits: start the clicks from every box closed
 w""",
 ]
 
@@ -54,18 +57,41 @@ FOLDED_POINT_JS = """(r) => {
   const c = r.querySelector('.gradviz-canvas').getBoundingClientRect();
   return { x: c.left + (b.x1 + b.x2) / 2, y: c.top + (b.y1 + b.y2) / 2 };
 }"""
+# What a click at a client point reaches: the DOM element, and the canvas element Cytoscape finds there.
+AT_POINT_JS = """(root, p) => {
+  const el = document.elementFromPoint(p.x, p.y);
+  const cy = root.__gradviz.cy;
+  const c = root.querySelector('.gradviz-canvas').getBoundingClientRect();
+  const m = { x: (p.x - c.left - cy.pan().x) / cy.zoom(), y: (p.y - c.top - cy.pan().y) / cy.zoom() };
+  const hit = cy.nodes().filter((n) => { const b = n.boundingBox({ includeLabels: false });
+    return m.x >= b.x1 && m.x <= b.x2 && m.y >= b.y1 && m.y <= b.y2; }).map((n) => n.id() + ' ' + n.data('kind'));
+  return { point: p, dom: el ? el.className || el.tagName : null, inCanvas: c.toJSON(), hit,
+           selected: root.__gradviz.cy.$(':selected').map((n) => n.id()), layout: root.dataset.layout };
+}"""
 IDLE_JS = "async (root) => { await root.__gradviz.idle(); return root.dataset.layout; }"
+# Drawn as wanted ("unfolded": no stack left; else the box's kind) and laid out.
+DONE_JS = """async (root, [key, want]) => {
+  await root.__gradviz.idle();
+  const cy = root.__gradviz.cy;
+  const ok = want === 'unfolded' ? cy.nodes('[kind = "folded"]').empty()
+    : cy.getElementById('c:' + key).data('kind') === want;
+  return ok && root.dataset.layout === 'idle';
+}"""
 
 
-def _click(nb: LabNotebook, root: Any, key: str) -> None:
-    """A real click on a box (the folded stack: "stack"; a call: its id), then wait for the view to be drawn."""
+def _click(nb: LabNotebook, root: Any, key: str, want: str) -> None:
+    """A real click on a box (the folded stack: "stack"; a call: its id), then wait until it is drawn `want`."""
     if key == "stack":
         point = root.evaluate(FOLDED_POINT_JS)
     else:
         point = root.evaluate("(r, id) => r.__gradviz.boxPoint(id)", key)
     assert point, f"{key} is not drawn"
     nb.click(point)
-    nb.poll(lambda: root.evaluate(IDLE_JS) == "idle", 30.0, f"view drawn after the click on {key}")
+    try:
+        nb.poll(lambda: root.evaluate(DONE_JS, [key, want]), 30.0, f"{key} {want} after the click")
+    except TimeoutError as e:
+        root.page.screenshot(path=str(SHOTS / f"jupyterlab_clicks_{key}-{want}-failed.png"))
+        raise AssertionError(f"{e}; at the click point: {root.evaluate(AT_POINT_JS, point)}") from e
 
 
 def test_no_edge_through_a_box_after_a_click_sequence(
@@ -83,10 +109,7 @@ def test_no_edge_through_a_box_after_a_click_sequence(
               ("blocks.3", "collapsed")]
     seen: list[tuple[str, list[str], list[str]]] = []
     for key, want in steps:
-        _click(nb, root, key)
-        if want != "unfolded":
-            kind = root.evaluate("(r, k) => r.__gradviz.cy.getElementById(k).data('kind')", "c:" + key)
-            assert kind == want, (key, kind)
+        _click(nb, root, key, want)
         boxes = cc.edge_crossings(root)
         assert boxes["checked"] > 5, boxes
         crossing = [f"{c['edge']} crosses {c['crossed']}" for c in boxes["crossing"]]
