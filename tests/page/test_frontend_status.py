@@ -107,6 +107,14 @@ def test_no_capture_note_only_when_boxes_would_help(browser: Any, tmp_path: Path
     assert notes.is_visible() and notes.inner_text().startswith(NO_BOXES)
     bars = p.js(BARS_JS)
     assert len(bars) == 1 and bars[0][1] <= 32, bars
+    # The one note is longer than the line (an ellipsis): the expander shows it whole.
+    cut_js = "(q) => q.scrollWidth > q.clientWidth"
+    note = notes.locator("p")
+    cut = note.evaluate(cut_js)
+    more = p.page.locator("[data-testid=gradviz-status-more]")
+    assert cut and more.is_visible()
+    more.click()
+    assert not note.evaluate(cut_js)
     assert p.errors == []
 
 

@@ -50,6 +50,8 @@ export function createStatusLine(): StatusLine {
   new MutationObserver(() => refresh()).observe(entries, {
     subtree: true, childList: true, characterData: true, attributes: true, attributeFilter: ["hidden", "class"],
   });
+  // A narrower line cuts more short.
+  new ResizeObserver(() => refresh()).observe(element);
   return {
     element,
     add(el, rank) {
@@ -69,9 +71,11 @@ export function createStatusLine(): StatusLine {
   };
 }
 
-/** Whether the one-line layout cuts an entry short (measured: it has been laid out). */
+/** Whether the one-line layout cuts an entry, or a text in it (an ellipsis), short; measured, so only
+ *  once it has been laid out. */
 function clipped(e: HTMLElement): boolean {
-  return e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1;
+  const cut = (x: Element): boolean => x.scrollHeight > x.clientHeight + 1 || x.scrollWidth > x.clientWidth + 1;
+  return cut(e) || [...e.querySelectorAll("div, p, span, summary")].some((x) => x.clientWidth > 0 && cut(x));
 }
 
 const LINE_TAGS = new Set(["DIV", "P", "SUMMARY", "LI"]);

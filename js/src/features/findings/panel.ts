@@ -2,7 +2,7 @@
 // applies when it has no node); a click reveals its node or box on the graph and unfolds the evidence
 // and the fix under the row.
 import type { DoctorFinding } from "../../payload";
-import { h, setText } from "../../panels/dom";
+import { breakable, h, setText } from "../../panels/dom";
 import { appliesText } from "./state";
 
 export interface FindingsPanel {
@@ -26,9 +26,10 @@ export function createFindingsPanel(pick: (node: string) => void): FindingsPanel
     const fix = h("div", { class: "gradviz-finding-fix" });
     setText(kind, f.kind);
     setText(target, f.target);
-    setText(message, f.message);
-    setText(evidence, `seen: ${f.evidence}`);
-    setText(fix, `fix: ${f.fix}`);
+    message.replaceChildren(...breakable(f.message));
+    // Paths and names in the evidence break between their parts, not mid-word.
+    evidence.replaceChildren(...breakable(`seen: ${f.evidence}`));
+    fix.replaceChildren(...breakable(`fix: ${f.fix}`));
     const more = h("div", { class: "gradviz-finding-more" }, evidence, fix);
     more.hidden = true;
     const where = appliesText(f);
