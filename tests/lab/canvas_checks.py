@@ -364,6 +364,45 @@ BOKEH_WIDTHS_JS = """(out) => {
 }"""
 
 
+# Check 8: the subject in view. Rendered boxes of what each view is about, found by what the canvas paints
+# (not by asking the camera): what-if's lost leaves (or the closed boxes holding them), a diff's changes,
+# the doctor's marks, plus `extra` element ids (boxes opened from Python); and the whole graph's box.
+SUBJECT_SEL = {
+    "whatif": "node.wi-lost, node.wi-haslost",
+    "diff": "node.df-added, node.df-changed, node.df-removed, node.df-box",
+    "doctor": "node.ov-nan, node.ov-no-grad, node.ov-flag",
+    "stepper": "node.st-run, node.st-runbox",
+}
+SUBJECT_VIEW_JS = """(root, [sel, extra]) => {
+  const cy = root.__gradviz.cy;
+  const box = (e) => e.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
+  const eles = sel ? cy.$(sel) : cy.collection();
+  const more = extra.map((id) => cy.getElementById(id)).filter((e) => e.nonempty());
+  return { w: cy.width(), h: cy.height(), zoom: cy.zoom(), graph: box(cy.elements()),
+           subject: [...eles.toArray(), ...more].map((e) => ({ id: e.id(), ...box(e) })) };
+}"""
+
+
+def subject_view(root: Any, kind: str | None, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Check 8: the canvas size and zoom, the graph's and the subject's rendered boxes."""
+    result: dict[str, Any] = root.evaluate(SUBJECT_VIEW_JS, [SUBJECT_SEL.get(kind or "", ""), list(extra)])
+    return result
+
+
+def on_canvas(b: dict[str, float], view: dict[str, Any], tol: float = 1.0) -> bool:
+    """A rendered box lies wholly inside the canvas."""
+    return bool(b["x1"] >= -tol and b["y1"] >= -tol and b["x2"] <= view["w"] + tol and b["y2"] <= view["h"] + tol)
+
+
+def graph_shown(view: dict[str, Any], share: float = 0.15) -> bool:
+    """At least `share` of the graph's box (of the canvas, for a bigger graph) is on the canvas on each axis."""
+    g = view["graph"]
+    ow = min(g["x2"], view["w"]) - max(g["x1"], 0.0)
+    oh = min(g["y2"], view["h"]) - max(g["y1"], 0.0)
+    need_w = share * min(g["x2"] - g["x1"], view["w"]) - 1
+    return bool(ow >= need_w and oh >= share * min(g["y2"] - g["y1"], view["h"]) - 1)
+
+
 def label_overflow(root: Any, tol: float = 1.0) -> dict[str, Any]:
     """Check 1 on one `.gradviz-root` locator: {'checked': n, 'overflow': [...]}."""
     result: dict[str, Any] = root.evaluate(LABEL_OVERFLOW_JS, tol)

@@ -126,16 +126,16 @@ function subjectOf(ctx: Core): Subject | null {
   // Deepest first: the box a person opened, not its ancestors.
   const depth = (c: string): number => ctx.index.chain.get(c)?.length ?? 0;
   const opened = [...ctx.expanded].filter((c) => !last?.open.has(c)).sort((a, b) => depth(b) - depth(a));
-  const boxes = drawn({ keys: opened.map(callKey), withLoss: true, name: opened.join(", ") });
-  // A first view of a payload asks the features first (a diff opened where its changes are).
-  if (boxes && last && last.gen === ctx.payloadGen) return boxes;
+  // Only a change after the first view of a payload: the boxes a payload opens with are its own default.
+  const boxes = last && last.gen === ctx.payloadGen ? drawn({ keys: opened.map(callKey), withLoss: true, name: opened.join(", ") }) : null;
+  if (boxes) return boxes;
   let weak: Subject | null = null;
   for (const f of ctx.features) {
     const s = drawn(f.subject?.() ?? null);
     if (s && !s.weak) return s;
     weak ??= s;
   }
-  return boxes ?? weak;
+  return weak;
 }
 
 /** The drawn element standing for a node or call key: itself, or the closed box or folded stack

@@ -26,7 +26,8 @@ export interface Subject {
   withLoss: boolean;
   /** Says what it is ("the lost leaves", "blocks.1"). */
   name: string;
-  /** Used only when no other feature names a subject (folded stacks: the bulk of the model). */
+  /** Used only when no other feature names a subject, and framed only together with the loss (folded
+   *  stacks: the bulk of the model). */
   weak?: boolean;
 }
 
@@ -188,12 +189,14 @@ export class Camera {
     const c = centre(boxes[0]);
     const near = boxes.slice(1).sort((a, b) => dist(centre(a), c) - dist(centre(b), c));
     let box = boxes[0];
-    if (!fits(box)) return [box, "top"];
+    if (!fits(box)) return subject?.weak && lossBox ? [lossBox, "bottom"] : [box, "top"];
     for (const b of near) {
       const u = union(box, b);
       if (fits(u)) box = u;
     }
     if (subject?.withLoss && lossBox && fits(union(box, lossBox))) box = union(box, lossBox);
+    // A weak subject (folded stacks) never pushes the loss out of the first view.
+    else if (subject?.weak && lossBox) return [lossBox, "bottom"];
     return [box, "centre"];
   }
 
