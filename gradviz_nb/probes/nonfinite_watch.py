@@ -46,7 +46,7 @@ _Prov = tuple[frozenset[int], frozenset[int]]  # (births of its NaN, births of i
 def _checkable(t: object) -> TypeGuard[torch.Tensor]:
     """A plain dense floating tensor with elements (subclasses, sparse, meta are not checked)."""
     return ((type(t) is torch.Tensor or type(t) is nn.Parameter) and t.dtype in _DTYPES
-            and t.layout == torch.strided and t.numel() > 0 and t.device.type != "meta")
+            and t.layout == torch.strided and t.numel() > 0 and not t.is_meta)
 
 
 def _finite(t: torch.Tensor) -> bool:
@@ -148,6 +148,9 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.model = model
         self.before_write = before_write  # the lazy sandbox copies a parameter or .grad before its first write
         self.prov: Any = WeakIdKeyDictionary()  # tensor -> _Prov, for non-finite tensors only
+        # Something non-finite was seen: until then no lookup can find anything (and a weak dictionary's
+        # len() is a Python call per op).
+        self.tainted = False
         self.storages: dict[StorageWeakRef, _Prov] = {}
         self.births: list[_Birth] = []
         self.reached: dict[int, list[str]] = {}
@@ -214,6 +217,7 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def _set(self, t: torch.Tensor, p: _Prov) -> None:
         self.prov[t] = p
+        self.tainted = True
         key = _storage_key(t)
         if key is not None:
             old = self.storages.get(key)
@@ -290,7 +294,7 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if self.quiet:
             return func(*args, **kwargs)
         pre: list[_Prov | None] | None = None
-        if info.mutated and (self.prov or self.storages):
+        if info.mutated and self.tainted:
             pre = [self._pre_state(t) for pos, name in info.mutated for t in _tensors(_arg(args, kwargs, pos, name))]
         out = func(*args, **kwargs)
         backward = torch._C._current_graph_task_id() != -1
@@ -308,7 +312,14 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
             if _checkable(x) and not _finite(x):
                 self._reach(self._lookup(x) or self._external(x, info, backward), "read into Python (.item())")
             return out
-        if info.view and not ((self.prov or self.storages) and self._known(args, kwargs)):
+        if info.view and not (self.tainted and self._known(args, kwargs)):
+            return out
+        if not info.mutated and type(out) is torch.Tensor:  # most ops: one new tensor, nothing written
+            if _checkable(out):
+                if not _finite(out):
+                    self._nonfinite(info, args, kwargs, [out], [], pre, backward)
+                elif self.tainted and out in self.prov:
+                    del self.prov[out]
             return out
         written = [t for pos, name in info.mutated for t in _tensors(_arg(args, kwargs, pos, name))]
         bad: list[torch.Tensor] = []
@@ -319,7 +330,7 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
             seen.add(id(t))
             if not _finite(t):
                 bad.append(t)
-            elif self.prov and t in self.prov:  # made finite again in place
+            elif self.tainted and t in self.prov:  # made finite again in place
                 del self.prov[t]
         if bad:
             self._nonfinite(info, args, kwargs, bad, written, pre, backward)
