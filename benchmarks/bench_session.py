@@ -82,12 +82,13 @@ def gpt2_state(path: Path | None) -> dict[str, Any]:
 
     import gradviz_nb as gv
     from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+    from gradviz_nb.widgets.graph_widget import GraphWidget
 
     torch.manual_seed(0)
     model = GPT2(GPT2Config())
     with gv.capture(model) as cap:
         loss = gpt2_loss(model, batch=1, seq=64)
-    w = gv.GraphWidget(loss, model=model, capture=cap)
+    w = GraphWidget(loss, model=model, capture=cap)
     state = dict(w.page_state())
     w.close()
     if path:
