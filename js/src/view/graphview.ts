@@ -188,7 +188,7 @@ export class GraphView {
     if (!layout) return false;
     if (generation !== this.generation) return false;
     pullStubs(graph, layout.layout, laidOut); // ghost stubs the engine lifted far from their target
-    avoidHeaders(graph, layout.layout, laidOut); // ELK's routes too run straight through header text
+    avoidHeaders(graph, layout.layout, laidOut); // a full layout's own routes too enter boxes through their header text
     this.lastLayoutMs = performance.now() - started;
     this.snapshot = { graph, layout: layout.layout, sizes: laidOut };
     this.camera.laidOut();
