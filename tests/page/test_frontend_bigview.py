@@ -40,14 +40,18 @@ PAINTED = """() => { const c = gv.el.querySelector('[data-testid=gradviz-overvie
   return { pixels: n, drawn: Number(c.dataset.drawnNodes) }; }"""
 
 
-@pytest.fixture(scope="module")
-def chain() -> dict[str, Any]:
+def chain_of(nodes: int) -> dict[str, Any]:
     """A traced flat chain: one leaf, Mul after Mul, a Sum and the loss; no module boxes."""
     w = torch.ones(3, requires_grad=True)
     x = w
-    for _ in range(NODES - 2):
+    for _ in range(nodes - 2):
         x = x * 1.0
     return dict(graph_payload(gv.trace(x.sum())))
+
+
+@pytest.fixture(scope="module")
+def chain() -> dict[str, Any]:
+    return chain_of(NODES)
 
 
 class ChainPage(MountedPage):
@@ -153,6 +157,18 @@ def test_click_on_a_node_the_overview_drew_selects_it(browser: Any, tmp_path: Pa
     p.page.wait_for_function("(id) => gv.model.state.selected === id", arg=target["id"])
     title = p.js("() => document.querySelector('[data-testid=gradviz-details-title]').textContent")
     assert title.startswith("Mul") or title.startswith("Sum"), title
+    assert p.errors == []
+
+
+def test_images_are_of_the_whole_graph(browser: Any, tmp_path: Path) -> None:
+    """An image is of the whole graph, not of what happens to be mounted (3,000 nodes: past the big
+    view's threshold, and an export of 20,000 takes minutes on a busy machine)."""
+    p = ChainPage(browser, tmp_path, {"graph_data": chain_of(3000), "height": 600})
+    assert p.js("() => document.querySelector('.gradviz-root').dataset.bigView") == "true"
+    mounted = p.js("() => gv.hook.cy.nodes().length")
+    svg = p.js("() => gv.hook.toSVG()")
+    assert svg.count(">Mul<") >= 3000 - 3, svg.count(">Mul<")
+    assert p.js("() => gv.hook.cy.nodes().length") == mounted < 100  # only the view's part again
     assert p.errors == []
 
 

@@ -9,9 +9,9 @@ import { LayoutEngine, type Layout, type Point, type Size } from "./layout";
 import { avoidHeaders, orthogonalRoutes } from "./reroute";
 import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
+import { pullStubs } from "./stubs";
 import { BigView } from "./bigview/bigview";
 import { Camera } from "./camera";
-import { pullStubs } from "./stubs";
 import type { Theme } from "./theme";
 
 /** Everything drawn over the laid-out graph, merged from what-if, stepper and overlay: applied as
@@ -332,17 +332,22 @@ export class GraphView {
 
   /** The whole graph (not only what is in view) as an SVG document. */
   toSVG(): string {
-    return toSVG(this.cy, this.theme.background, this.theme.fontFamily);
+    return this.whole(() => toSVG(this.cy, this.theme.background, this.theme.fontFamily));
   }
 
   /** The whole graph as a PNG data URL (`scale` x model resolution). */
   toPNG(scale = 2): string {
-    return this.cy.png({ full: true, scale, bg: this.theme.background, output: "base64uri" });
+    return this.whole(() => this.cy.png({ full: true, scale, bg: this.theme.background, output: "base64uri" }));
   }
 
   /** The whole graph as a PNG blob, for a download. */
   toPNGBlob(scale = 2): Blob {
-    return this.cy.png({ full: true, scale, bg: this.theme.background, output: "blob" });
+    return this.whole(() => this.cy.png({ full: true, scale, bg: this.theme.background, output: "blob" }));
+  }
+
+  /** Big view hook: images are of the whole graph, so everything is mounted while one is made. */
+  private whole<T>(f: () => T): T {
+    return this.big ? this.big.whole(f) : f();
   }
 
   /** Height the drawn graph needs on screen at the largest fit zoom (model units x 1.25, plus room for

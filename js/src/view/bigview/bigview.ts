@@ -295,6 +295,18 @@ export class BigView {
     this.cy.container()?.setAttribute("data-big-sync-ms", this.stats.syncMs.toFixed(1));
   }
 
+  /** Run `f` with every element mounted (image export draws the whole graph), then mount only what
+   *  the viewport needs again. */
+  whole<T>(f: () => T): T {
+    const { mountedNode } = this.scene;
+    this.mount([...mountedNode.keys()].filter((i) => !mountedNode[i]));
+    try {
+      return f();
+    } finally {
+      this.sync();
+    }
+  }
+
   /** Mount elements by key (nodes, or edges with both their ends). */
   private mountKeys(keys: string[]): void {
     const nodes: number[] = [];
