@@ -185,8 +185,8 @@ def _sums(tensors: list[torch.Tensor]) -> list[float]:
     Summed again on restore at the same thread count, the same values give the same bits."""
     if not tensors:
         return []
-    with torch.no_grad():  # summed in float64 by the reduction itself: one op per tensor, not a sum and a cast
-        return torch.stack([t.sum(dtype=torch.complex128 if t.is_complex() else torch.float64).cpu()
+    with torch.no_grad():
+        return torch.stack([t.sum().to(torch.complex128 if t.is_complex() else torch.float64).cpu()
                             for t in tensors]).tolist()
 
 
