@@ -383,9 +383,10 @@ SUBJECT_VIEW_JS = """(root, [sel, extra]) => {
 }"""
 
 
-def subject_view(root: Any, kind: str | None, extra: Sequence[str] = ()) -> dict[str, Any]:
-    """Check 8: the canvas size and zoom, the graph's and the subject's rendered boxes."""
-    result: dict[str, Any] = root.evaluate(SUBJECT_VIEW_JS, [SUBJECT_SEL.get(kind or "", ""), list(extra)])
+def subject_view(root: Any, kinds: Sequence[str], extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Check 8: the canvas size and zoom, the graph's and the subject's (of any of `kinds`) rendered boxes."""
+    sel = ", ".join(SUBJECT_SEL[k] for k in kinds)
+    result: dict[str, Any] = root.evaluate(SUBJECT_VIEW_JS, [sel, list(extra)])
     return result
 
 

@@ -97,8 +97,8 @@ OPEN_BLOCK = "blocks.3"
 # The cell of notebook 01 that opens boxes of the GPT-2 above from Python, and the deepest box it opens.
 OPENED_CELL = ("01_tour", "gpt2_view.expanded = ", "c:blocks.0.attn")
 # What each notebook's views are about (canvas_checks.SUBJECT_SEL): checked in the first view.
-SUBJECTS = {"02_what_if": "whatif", "03_backprop_step_by_step": "stepper", "05_share_and_compare": "diff",
-            "07_doctor": "doctor"}
+SUBJECTS = {"02_what_if": ("whatif",), "03_backprop_step_by_step": ("stepper",), "05_share_and_compare": ("diff",),
+            "07_doctor": ("doctor", "stepper")}
 # Live resizes on the what-if, the stepper, the Dashboard and the doctor: each graph's subject (or the graph)
 # stays on the canvas; pictures at 1400 px here, at 1000 / 1920 in the theme loop after them.
 RESIZE_NOTEBOOKS = ("02_what_if", "03_backprop_step_by_step", "04_gradient_flow_and_adapters", "07_doctor")
@@ -250,7 +250,7 @@ def _run_notebook(server: JupyterLabServer, page: Any, console: ConsoleLog, name
             if name == OPENED_CELL[0] and OPENED_CELL[1] in source and roots:
                 roots[-1].evaluate(IDLE_JS)
                 nb.page.wait_for_timeout(300)
-                run.opened = cc.subject_view(roots[-1], None, [OPENED_CELL[2]])
+                run.opened = cc.subject_view(roots[-1], (), [OPENED_CELL[2]])
             outputs = _outputs(nb, i, run.missed)
             for n, (k, kind) in enumerate(outputs):
                 shot = Shot(name, i, k, kind, suffix=f"-{n + 1}" if len(outputs) > 1 else "")
@@ -260,7 +260,7 @@ def _run_notebook(server: JupyterLabServer, page: Any, console: ConsoleLog, name
                     root.locator(".gradviz-canvas canvas").first.wait_for()
                     root.evaluate(IDLE_JS)
                     shot.first = cc.first_view(root)
-                    shot.subject = cc.subject_view(root, SUBJECTS.get(name))
+                    shot.subject = cc.subject_view(root, SUBJECTS.get(name, ()))
                     shot.labels = cc.label_overflow(root)
                     if name == EDGE_CELL[0] and EDGE_CELL[1] in source:
                         _edge_states(run, shot, root, out)
@@ -330,7 +330,7 @@ def _resize_sequence(nb: LabNotebook, name: str, shots: list[Shot]) -> None:
             out.scroll_into_view_if_needed()
             root = out.locator(".gradviz-root").first
             root.evaluate(IDLE_JS)
-            shot.resized.append((width, cc.subject_view(root, SUBJECTS.get(name))))
+            shot.resized.append((width, cc.subject_view(root, SUBJECTS.get(name, ()))))
             if k == 0:
                 out.screenshot(path=str(SHOTS / f"{shot.name}_resized_light_{width}.png"))
 
