@@ -87,7 +87,8 @@ class GraphWidget(anywidget.AnyWidget):
     """str: id of the node or module call the user clicked last (``""`` for none)."""
 
     height = PageTrait(600).tag(sync=True)
-    """int: height of the canvas in pixels."""
+    """int: height of the canvas in pixels. A small graph (up to 40 drawn items) may grow past it, up to
+    900 px, so that it is shown whole at a readable zoom."""
 
     toggles = PageTrait({"detach": [], "freeze": []}).tag(sync=True)
     """dict: what-if toggles, ``{"detach": [...], "freeze": [...]}`` (see :func:`toggle_args`); the page

@@ -164,12 +164,22 @@ export function watchCamera(ctx: Core): void {
   };
 }
 
-/** Body height: the content's (at the largest fit zoom), never above the `height` trait; it grows
- *  with any layout and shrinks only on a fit (no jumping cell while the user opens boxes). */
+/** Up to this many drawn items a graph sizes itself: its canvas may grow past the `height` trait (up to
+ *  SMALL_GRAPH_PX) so that it is shown whole at a readable zoom, not cut off at 100% (a 12-node MLP is
+ *  about 650 px tall; the notebooks ask for 380-420 px). Bigger graphs keep the trait as their height. */
+export const SMALL_GRAPH = 40;
+const SMALL_GRAPH_PX = 900;
+
+/** Body height: the content's (at the largest fit zoom), never above the `height` trait (a small graph:
+ *  up to SMALL_GRAPH_PX); it grows with any layout and shrinks only on a fit (no jumping cell while the
+ *  user opens boxes). */
 export function applyHeight(ctx: Core, mayShrink = true): void {
-  const { body, root, view, model } = ctx;
-  const limit = Math.max(120, Number(model.get("height")) || 600);
+  const { body, root, view, model, counts } = ctx;
   const content = view.contentHeight();
+  const asked = Math.max(120, Number(model.get("height")) || 600);
+  const small = counts.nodes + counts.collapsed + counts.folded <= SMALL_GRAPH && counts.nodes + counts.collapsed > 0;
+  const whole = small ? view.contentHeight(1) : null; // at 100%: the height that shows it whole and readable
+  const limit = whole !== null ? Math.max(asked, Math.min(SMALL_GRAPH_PX, whole + 24)) : asked;
   const least = body.classList.contains("gradviz-with-side") ? 360 : 160;
   const now = parseFloat(body.style.height) || 0;
   let px = content === null ? limit : Math.min(limit, Math.max(least, content));

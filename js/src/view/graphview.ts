@@ -352,9 +352,9 @@ export class GraphView {
 
   /** Height the drawn graph needs on screen at the largest fit zoom (model units x 1.25, plus room for
    *  the padding and the legend); null before the first layout. */
-  contentHeight(): number | null {
+  contentHeight(zoom = 1.25): number | null {
     const bb = this.layoutBounds((k) => !!k);
-    return bb ? Math.ceil(bb.h * 1.25 + 48 + this.bottomReserve) : null;
+    return bb ? Math.ceil(bb.h * zoom + 48 + this.bottomReserve) : null;
   }
 
   /** Bounds of the drawn items (as laid out) that `take`; null before the first layout. */
