@@ -13,7 +13,8 @@ import torch
 from pagekit import SCREENSHOTS, MountedPage
 
 import gradviz_nb as gv
-from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
+from gradviz_nb.export.html import exported_state
 from gradviz_nb.widgets.page import graph as graph_payload
 from gradviz_nb.widgets.page.values import NOT_SAVED, export_answers
 
@@ -171,4 +172,39 @@ def test_long_names_break_only_after_dots_and_underscores(browser: Any, tmp_path
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     shot = SCREENSHOTS / f"details-names-{theme}-{width}.png"
     p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(shot))
+    assert p.errors == []
+
+
+ROWS_JS = """() => {
+  const dl = document.querySelector('.gradviz-details dl');
+  const panel = dl.getBoundingClientRect().width;
+  const rows = [...dl.querySelectorAll('dt')].map((dt) => {
+    const dd = dt.nextElementSibling;
+    return { name: dt.textContent, dt: dt.getBoundingClientRect().width, dd: dd.getBoundingClientRect().width };
+  });
+  return { panel, rows };
+}"""
+
+
+def test_a_box_with_long_leaf_rows_keeps_room_for_the_values(browser: Any, tmp_path: Path) -> None:
+    """A box's rows are named by its leaves' dotted paths: the name column takes at most half the panel
+    (wrapping after "." and "_"), so values are never squeezed to a few letters per line."""
+    torch.manual_seed(0)
+    model = add_lora(GPT2(GPT2Config.small_test()))  # leaves such as attn.c_attn.base.weight
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model)
+    loss.backward()
+    w = gv.GraphWidget(loss, model=model, capture=cap, height=560)
+    w.overlay = gv.gradient_flow(model)  # a row per leaf of the selected box
+    w.expanded = ["blocks.0"]
+    w.selected = "blocks.0"
+    p = MountedPage(browser, tmp_path, exported_state(w), viewport=(1040, 720), width=1000)
+    p.page.wait_for_selector(".gradviz-details dl dt")
+    out = p.js(ROWS_JS)
+    long = [r for r in out["rows"] if "." in r["name"] and len(r["name"]) >= 20]
+    assert long, f"no long leaf row in the box's details: {[r['name'] for r in out['rows']]}"
+    for r in out["rows"]:
+        assert r["dt"] <= 0.5 * out["panel"] + 1, f"name column {r['dt']:.0f} of {out['panel']:.0f} px: {r['name']}"
+        assert r["dd"] >= 0.4 * out["panel"], f"value column {r['dd']:.0f} of {out['panel']:.0f} px beside {r['name']}"
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "details-box-rows.png"))
     assert p.errors == []

@@ -39,7 +39,7 @@ export function createDetails(onClose: () => void, onShown: (on: boolean) => voi
     element,
     show(text, rows) {
       title.replaceChildren(...breakable(text));
-      list.replaceChildren(...rows.flatMap((row) => [h("dt", {}, row[0]), value(row)]));
+      list.replaceChildren(...rows.flatMap((row) => [h("dt", {}, ...breakable(row[0])), value(row)]));
       if (element.hidden) {
         element.hidden = false;
         onShown(true);
