@@ -6,6 +6,7 @@ Run from the repository root (needs the built bundle, Playwright and Chromium at
     python benchmarks/bench_session.py --state s.json      # reuse (or write) the page state
     python benchmarks/bench_session.py --profile out/      # also a CPU profile of each timed action
     python benchmarks/bench_session.py --bundle dev/widget.js  # e.g. an unminified build (function names)
+    python benchmarks/bench_session.py --style-cost        # also the stylesheet's cost per element
 
 Two pages of the same widget state (GPT-2 124M, batch 1, seq 64, the stack of blocks unfolded):
 
@@ -22,6 +23,10 @@ Collapse all again. For each it also says whether the spinner was up right after
 and at the first animation frame (what the first painted frame shows). With ``--profile`` each action runs
 under Chrome's sampling profiler (CDP ``Profiler``), and the top self-time functions are printed; the
 ``.cpuprofile`` files open in Chrome DevTools.
+
+With ``--style-cost`` each page, after its actions, expands all again and re-adds its elements 5 times
+(the same definitions, removed and added in one batch, every element's style then read): Cytoscape's cost
+of styling one element with the page's stylesheet (min of 5, microseconds per element), without layout.
 
 Nothing is asserted: this prints numbers (``tests/page/test_frontend_incremental.py`` holds the checks).
 """
@@ -74,6 +79,25 @@ COUNTS_JS = """() => {
 }"""
 
 
+STYLE_COST_JS = """async () => {
+  const root = document.querySelector('.gradviz-root');
+  root.querySelector('[data-testid=gradviz-expand-all]').click();
+  await gv.hook.idle();
+  const cy = gv.hook.cy;
+  const defs = cy.elements().jsons();
+  let best = Infinity;
+  for (let r = 0; r < 5; r++) {
+    cy.elements().remove();
+    const t0 = performance.now();
+    let added;
+    cy.batch(() => { added = cy.add(defs); });
+    added.forEach((e) => { e.pstyle('label'); });
+    best = Math.min(best, performance.now() - t0);
+  }
+  return { elements: defs.length, usPerElement: Math.round(1000 * best / defs.length) };
+}"""
+
+
 def gpt2_state(path: Path | None) -> dict[str, Any]:
     if path and path.exists():
         state: dict[str, Any] = json.loads(path.read_text())
@@ -121,7 +145,7 @@ def timed(page: Any, what: str, arg: str, cdp: Any, out: Path | None, tag: str) 
 
 
 def run(browser: Any, state: dict[str, Any], opens: list[str], profile: Path | None, tag: str,
-        preopened: list[str] | None = None) -> dict[str, Any]:
+        preopened: list[str] | None = None, style_cost: bool = False) -> dict[str, Any]:
     from pagekit import MountedPage
 
     state = {**state, "expanded": preopened or []}
@@ -147,6 +171,8 @@ def run(browser: Any, state: dict[str, Any], opens: list[str], profile: Path | N
     for name, what, arg in ACTIONS:
         result[name] = timed(p, what, arg, cdp, profile, f"{tag}-{name.replace(' ', '_').replace('>', '')}")
     result["after"] = page.js(COUNTS_JS)
+    if style_cost:
+        result["style"] = page.js(STYLE_COST_JS)
     result["errors"] = page.errors
     p.close()
     return result
@@ -159,6 +185,7 @@ def main() -> None:
     ap.add_argument("--nested", action="store_true", help="each open also opens the block's attn and mlp")
     ap.add_argument("--profile", type=Path, default=None, help="folder for .cpuprofile files (and top functions)")
     ap.add_argument("--bundle", type=Path, default=None, help="another widget.js (an unminified build names functions)")
+    ap.add_argument("--style-cost", action="store_true", help="also time styling the expanded view's elements")
     args = ap.parse_args()
     if args.bundle:
         import pagekit
@@ -176,10 +203,11 @@ def main() -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, "--enable-precise-memory-info"])
         opens = [c for b in OPENS[: args.opens] for c in ([b, f"{b}.attn", f"{b}.mlp"] if args.nested else [b])]
-        runs = {"fresh": run(browser, state, ["blocks.3"], args.profile, "fresh"),
-                f"after {len(opens)} opens": run(browser, state, opens, args.profile, "session"),
+        sc = args.style_cost
+        runs = {"fresh": run(browser, state, ["blocks.3"], args.profile, "fresh", style_cost=sc),
+                f"after {len(opens)} opens": run(browser, state, opens, args.profile, "session", style_cost=sc),
                 # The same view drawn at mount, without the history: what is left is the view's own cost.
-                f"same view at mount ({len(opens)} open)": run(browser, state, [], args.profile, "same", opens)}
+                f"same view at mount ({len(opens)} open)": run(browser, state, [], args.profile, "same", opens, sc)}
         browser.close()
     for tag, r in runs.items():
         print(f"\n{tag}: {r['before']} -> {r['after']}" + (f"  errors: {r['errors']}" if r["errors"] else ""))
@@ -189,6 +217,9 @@ def main() -> None:
                   f"{x['atFrame']!s:5s} elements {x['items']} (layout {x['layoutMs']} ms)")
             for fn, ms in x.get("top", [])[:5]:
                 print(f"      {ms:7.1f} ms  {fn}")
+        if "style" in r:
+            st = r["style"]
+            print(f"  style cost {st['usPerElement']} us per element ({st['elements']} elements, min of 5)")
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

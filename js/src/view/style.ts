@@ -39,8 +39,7 @@ function nodeRules(t: Theme): StylesheetJson {
         "font-size": FONT_SIZE,
         color: t.text,
         "text-wrap": "wrap",
-        "text-valign": "center",
-        "text-halign": "center",
+        "text-valign": "center", // "text-halign" is Cytoscape's default "center": each property set costs per element
         "line-height": LINE_HEIGHT / FONT_SIZE,
         width: "data(w)",
         height: "data(h)",
@@ -131,13 +130,6 @@ function edgeRules(t: Theme): StylesheetJson {
         "target-arrow-shape": "triangle",
         "arrow-scale": 0.8,
         "curve-style": "straight",
-        "font-family": t.fontFamily,
-        "font-size": 9,
-        color: t.textMuted,
-        "text-background-color": t.background,
-        "text-background-opacity": 0.85,
-        "text-background-padding": "1px",
-        "min-zoomed-font-size": 7,
         // Edges take no clicks: a click on an edge drawn across a box's header goes to the box.
         events: "no",
         "z-index-compare": "manual",
@@ -147,6 +139,21 @@ function edgeRules(t: Theme): StylesheetJson {
     // Thicker for more tensors: plain values per range, not a per-element mapping (mapped properties
     // are re-applied, with Cytoscape's cache invalidation, whenever an element is restyled).
     { selector: "edge[count > 1]", style: { label: "data(countLabel)", width: 2 } },
+    // Label text only on the edges that draw one (a tensor count, the stepper's flow label, a what-if
+    // cut): Cytoscape pays per property and element when it styles an element (Expand all on GPT-2
+    // 124M styles ~600 edges), and most edges draw no text.
+    {
+      selector: "edge[count > 1], edge[?flowLabel], edge.wi-cut",
+      style: {
+        "font-family": t.fontFamily,
+        "font-size": 9,
+        color: t.textMuted,
+        "text-background-color": t.background,
+        "text-background-opacity": 0.85,
+        "text-background-padding": "1px",
+        "min-zoomed-font-size": 7,
+      },
+    },
     { selector: "edge[count > 3]", style: { width: 3 } },
     { selector: "edge[count > 7]", style: { width: 4.5 } },
     {
