@@ -78,6 +78,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
     (on) => {
       body.classList.toggle("gradviz-with-details", on);
       view.resize();
+      applyHeight(core, false); // under the canvas, the panel takes a share of the body
     },
   );
   const legend = createLegend(() => {
@@ -128,7 +129,12 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   const disconnect = connectTraits(core, setHeight);
   const hideTooltip = (): void => tooltip.hide();
   canvas.addEventListener("mouseleave", hideTooltip);
-  const resizeObserver = new ResizeObserver(run("a resize", () => view.resize()));
+  const resizeObserver = new ResizeObserver(
+    run("a resize", () => {
+      view.resize();
+      applyHeight(core, false); // a side panel may have moved under the canvas (or back beside it)
+    }),
+  );
   resizeObserver.observe(body);
 
   const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as GradvizHooks;

@@ -140,15 +140,13 @@ def test_hidden_entries_take_no_room_in_the_line(browser: Any, tmp_path: Path) -
 
 def test_zoom_chip_says_the_zoom_and_fits_on_click(browser: Any, tmp_path: Path) -> None:
     torch.manual_seed(0)
-    x = torch.randn(4, requires_grad=True)
-    h = x
-    for _ in range(3):
-        h = (h * 1.01).tanh()
-    payload = graph_payload(gv.trace(h.sum()))
+    xs = [torch.randn(1, requires_grad=True) for _ in range(21)]
+    payload = graph_payload(gv.trace(torch.cat([x * 2 for x in xs]).sum()))
     p = MountedPage(browser, tmp_path, {"graph_data": payload, "height": 400}, viewport=(1040, 600))
     chip = p.page.locator("[data-testid=gradviz-zoom-chip]")
     chip.wait_for(state="visible", timeout=5000)
-    # A 6-op chain does not fit whole in 400 px at a readable zoom: the chip offers the fit zoom.
+    # 21 leaves side by side (45 items: more than a small graph, which would size itself) do not fit
+    # whole in 1000 px at a readable zoom: the chip offers the fit zoom.
     assert chip.get_attribute("data-fits") == "false", chip.inner_text()
     percent = int(chip.get_attribute("data-percent") or "0")
     assert chip.inner_text() == f"{percent}% fits ⤢" and (chip.get_attribute("title") or "")

@@ -311,4 +311,10 @@ def test_running_label_fits_its_node_and_the_legend_fits_the_canvas(browser: Any
     assert legend and canvas["width"] > 300, boxes
     assert legend["left"] >= canvas["left"] - 0.5 and legend["right"] <= canvas["right"] + 0.5, boxes
     assert legend["top"] >= canvas["top"] - 0.5 and legend["bottom"] <= canvas["bottom"] + 0.5, boxes
+    # A small recording is shown whole at a readable zoom, also when the step details sit under the canvas
+    # (they took 42% of the body: the canvas was squeezed to 0.58 of its height).
+    p.js("() => gv.hook.idle()")
+    fit = float(p.js("() => Number(document.querySelector('.gradviz-root').dataset.fitZoom)"))
+    tall = canvas["height"] >= 900 - 1  # a small graph's canvas grows up to 900 px
+    assert fit >= 0.9 - 1e-6 or tall, f"a {len(data['graph']['nodes'])}-node recording fits only at {fit:.2f}: {boxes}"
     assert p.errors == []

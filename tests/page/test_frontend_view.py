@@ -75,8 +75,10 @@ def _tiny_payload() -> dict[str, Any]:
 
 
 def test_first_view_reads_and_shows_the_loss(browser: Any, gpt2_payload: dict[str, Any], tmp_path: Path) -> None:
-    # Nothing opened, selected or marked: the loss is the subject (boxes opened from Python would be).
-    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "height": 600})
+    # Nothing opened since the first view, selected or marked: the loss is the subject (boxes opened from
+    # Python later would be). Two open blocks make it more than a small graph, which would size itself.
+    page = MountedPage(browser, tmp_path, {"graph_data": gpt2_payload, "height": 600,
+                                           "expanded": ["blocks.0", "blocks.1"]})
     page.js(f"async () => {ROOT}.__gradviz.idle()")
     v = page.js(VIEW_JS)
     assert v["fontPx"] >= 11, f"first view text is {v['fontPx']:.1f} px"

@@ -181,11 +181,15 @@ export function applyHeight(ctx: Core, mayShrink = true): void {
   const whole = small ? view.contentHeight(1) : null; // at 100%: the height that shows it whole and readable
   const limit = whole !== null ? Math.max(asked, Math.min(SMALL_GRAPH_PX, whole + 24)) : asked;
   const least = body.classList.contains("gradviz-with-side") ? 360 : 160;
-  const now = parseFloat(body.style.height) || 0;
+  // A side panel laid out under the canvas (a narrow cell) takes a share of the body: the canvas keeps
+  // the height it needs and the body grows by the panel (it squeezed a stepper's canvas to 270 px).
+  const canvas = view.cy.container();
+  const share = canvas && body.clientHeight > 0 ? Math.min(1, Math.max(0.3, canvas.clientHeight / body.clientHeight)) : 1;
+  const now = (parseFloat(body.style.height) || 0) * share;
   let px = content === null ? limit : Math.min(limit, Math.max(least, content));
   if (!mayShrink && px < now) px = Math.min(now, limit);
   if (Math.abs(px - now) < 1) return;
-  body.style.height = `${px}px`;
+  body.style.height = `${Math.round(px / share)}px`;
   root.style.setProperty("--gv-body-h", body.style.height); // the side column never outgrows the graph
   view.resize();
 }
