@@ -175,7 +175,7 @@ def test_long_names_break_only_after_dots_and_underscores(browser: Any, tmp_path
     assert p.errors == []
 
 
-ROWS_JS = """() => {
+COLUMNS_JS = """() => {
   const dl = document.querySelector('.gradviz-details dl');
   const panel = dl.getBoundingClientRect().width;
   const rows = [...dl.querySelectorAll('dt')].map((dt) => {
@@ -200,7 +200,7 @@ def test_a_box_with_long_leaf_rows_keeps_room_for_the_values(browser: Any, tmp_p
     w.selected = "blocks.0"
     p = MountedPage(browser, tmp_path, exported_state(w), viewport=(1040, 720), width=1000)
     p.page.wait_for_selector(".gradviz-details dl dt")
-    out = p.js(ROWS_JS)
+    out = p.js(COLUMNS_JS)
     long = [r for r in out["rows"] if "." in r["name"] and len(r["name"]) >= 20]
     assert long, f"no long leaf row in the box's details: {[r['name'] for r in out['rows']]}"
     for r in out["rows"]:
