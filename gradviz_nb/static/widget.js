@@ -124,10 +124,16 @@ var Ud=`/* Injected as a <style> inside the widget's element; every rule is scop
   margin: 0 18px 6px 0; font-size: 13px; font-weight: 600; overflow-wrap: normal; word-break: keep-all;
 }
 /* A row's name (a leaf's dotted path can be 40 characters) takes at most half the panel and wraps only
-   after "." and "_", so the value column never shrinks to a few letters. */
-.gradviz-details dl { margin: 0; display: grid; grid-template-columns: fit-content(50%) 1fr; gap: 2px 8px; }
-.gradviz-details dt { color: var(--gv-fg2); white-space: pre-wrap; overflow-wrap: normal; word-break: keep-all; }
-.gradviz-details dd { margin: 0; overflow-wrap: normal; word-break: keep-all; font-family: var(--jp-code-font-family, monospace); }
+   after "." and "_", so the value column never shrinks to a few letters. JupyterLab's output area styles
+   every dl/dt/dd (dt: float, width 20%, bold): the root's class outranks it. */
+.gradviz-root .gradviz-details dl { margin: 0; width: auto; display: grid; grid-template-columns: fit-content(50%) 1fr; gap: 2px 8px; }
+.gradviz-root .gradviz-details dt {
+  float: none; width: auto; font-weight: normal;
+  color: var(--gv-fg2); white-space: pre-wrap; overflow-wrap: normal; word-break: keep-all;
+}
+.gradviz-root .gradviz-details dd {
+  float: none; width: auto; margin: 0; overflow-wrap: normal; word-break: keep-all; font-family: var(--jp-code-font-family, monospace);
+}
 .gradviz-details button.gradviz-row-action {
   font: inherit; font-family: system-ui, sans-serif; font-size: 12px; padding: 1px 8px; cursor: pointer;
   color: var(--gv-fg); background: var(--gv-panel2); border: 1px solid var(--gv-border); border-radius: 3px;
@@ -194,9 +200,11 @@ var Ud=`/* Injected as a <style> inside the widget's element; every rule is scop
 }
 .gradviz-step-details[hidden] { display: none; }
 .gradviz-step-details h3 { margin: 0 0 4px; font-size: 14px; font-weight: 600; overflow-wrap: anywhere; }
-.gradviz-step-details dl { margin: 0; display: grid; grid-template-columns: max-content 1fr; gap: 2px 8px; }
-.gradviz-step-details dt { color: var(--gv-fg2); white-space: pre; }
-.gradviz-step-details dd { margin: 0; overflow-wrap: anywhere; font-family: var(--jp-code-font-family, monospace); }
+.gradviz-root .gradviz-step-details dl { margin: 0; width: auto; display: grid; grid-template-columns: max-content 1fr; gap: 2px 8px; }
+.gradviz-root .gradviz-step-details dt { float: none; width: auto; font-weight: normal; color: var(--gv-fg2); white-space: pre; }
+.gradviz-root .gradviz-step-details dd {
+  float: none; width: auto; margin: 0; overflow-wrap: anywhere; font-family: var(--jp-code-font-family, monospace);
+}
 .gradviz-step-sub { color: var(--gv-fg2); margin: -3px 0 6px; }
 .gradviz-explain {
   font-family: var(--jp-code-font-family, ui-monospace, SFMono-Regular, Menlo, monospace); font-size: 13px;

@@ -175,18 +175,35 @@ def test_long_names_break_only_after_dots_and_underscores(browser: Any, tmp_path
     assert p.errors == []
 
 
+# JupyterLab's own rules for description lists in an output area (its jlab_core CSS), added after ours.
+LAB_OUTPUT_CSS_JS = """() => {
+  document.body.classList.add('jp-OutputArea-output');
+  const s = document.createElement('style');
+  s.textContent = `.jp-OutputArea-output dl, .jp-OutputArea-output dt, .jp-OutputArea-output dd { display: block; }
+    .jp-OutputArea-output dl { width: 100%; overflow: hidden; padding: 0; margin: 0; }
+    .jp-OutputArea-output dt { font-weight: bold; float: left; width: 20%; padding: 0; margin: 0; }
+    .jp-OutputArea-output dd { float: left; width: 80%; padding: 0; margin: 0; }`;
+  document.head.appendChild(s);
+}"""
 COLUMNS_JS = """() => {
   const dl = document.querySelector('.gradviz-details dl');
   const panel = dl.getBoundingClientRect().width;
   const rows = [...dl.querySelectorAll('dt')].map((dt) => {
     const dd = dt.nextElementSibling;
-    return { name: dt.textContent, dt: dt.getBoundingClientRect().width, dd: dd.getBoundingClientRect().width };
+    const range = document.createRange();
+    range.selectNodeContents(dt);
+    const box = { dt: dt.getBoundingClientRect().width, dd: dd.getBoundingClientRect().width };
+    dt.style.whiteSpace = 'pre';  // the name's width on one line, then back
+    const maxName = range.getBoundingClientRect().width;
+    dt.style.whiteSpace = '';
+    return { name: dt.textContent, ...box, maxName };
   });
   return { panel, rows };
 }"""
 
 
-def test_a_box_with_long_leaf_rows_keeps_room_for_the_values(browser: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("width", [1000, 560])  # beside the canvas; under it (a narrow cell)
+def test_a_box_with_long_leaf_rows_keeps_room_for_the_values(browser: Any, tmp_path: Path, width: int) -> None:
     """A box's rows are named by its leaves' dotted paths: the name column takes at most half the panel
     (wrapping after "." and "_"), so values are never squeezed to a few letters per line."""
     torch.manual_seed(0)
@@ -198,7 +215,8 @@ def test_a_box_with_long_leaf_rows_keeps_room_for_the_values(browser: Any, tmp_p
     w.overlay = gv.gradient_flow(model)  # a row per leaf of the selected box
     w.expanded = ["blocks.0"]
     w.selected = "blocks.0"
-    p = MountedPage(browser, tmp_path, exported_state(w), viewport=(1040, 720), width=1000)
+    p = MountedPage(browser, tmp_path, exported_state(w), viewport=(width + 40, 900), width=width)
+    p.js(LAB_OUTPUT_CSS_JS)  # as inside a JupyterLab output area
     p.page.wait_for_selector(".gradviz-details dl dt")
     out = p.js(COLUMNS_JS)
     long = [r for r in out["rows"] if "." in r["name"] and len(r["name"]) >= 20]
@@ -206,5 +224,6 @@ def test_a_box_with_long_leaf_rows_keeps_room_for_the_values(browser: Any, tmp_p
     for r in out["rows"]:
         assert r["dt"] <= 0.5 * out["panel"] + 1, f"name column {r['dt']:.0f} of {out['panel']:.0f} px: {r['name']}"
         assert r["dd"] >= 0.4 * out["panel"], f"value column {r['dd']:.0f} of {out['panel']:.0f} px beside {r['name']}"
-    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "details-box-rows.png"))
+        assert r["dt"] >= min(r["maxName"], 0.5 * out["panel"]) - 1, f"name squeezed to {r['dt']:.0f} px: {r['name']}"
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / f"details-box-rows-{width}.png"))
     assert p.errors == []
