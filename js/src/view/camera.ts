@@ -124,14 +124,16 @@ export class Camera {
     if (before.w <= 0 || before.h <= 0 || (!dw && !dh)) return null;
     const boxes = this.subjectElements(this.subject).map((e) => e.renderedBoundingBox({ includeLabels: false, includeOverlays: false }));
     const wasIn = boxes.filter((b) => b.x2 > 0 && b.x1 < before.w && b.y2 > 0 && b.y1 < before.h);
-    this.move(() => this.cy.panBy({ x: dw / 2, y: dh / 2 }));
+    // Sideways the view stays centred; a cell grows and shrinks at its bottom, so what is on screen
+    // keeps its height (a box opened by a click stays under the pointer while the cell grows).
+    this.move(() => this.cy.panBy({ x: dw / 2, y: 0 }));
     const first = wasIn[0];
     if (first) {
       // The first subject element that was on screen is brought back in, with the least move.
       const w = this.cy.width();
       const h = this.cy.height();
       const x = Math.min(0, w - PAD - (first.x2 + dw / 2)) + Math.max(0, PAD - (first.x1 + dw / 2));
-      const y = Math.min(0, h - PAD - (first.y2 + dh / 2)) + Math.max(0, PAD - (first.y1 + dh / 2));
+      const y = Math.min(0, h - PAD - first.y2) + Math.max(0, PAD - first.y1);
       if (x || y) this.move(() => this.cy.panBy({ x, y }));
     }
     this.clamp();
