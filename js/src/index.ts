@@ -77,8 +77,8 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
     () => setSelected(core, ""),
     (on) => {
       body.classList.toggle("gradviz-with-details", on);
-      view.resize();
       applyHeight(core, false); // under the canvas, the panel takes a share of the body
+      view.resize();
     },
   );
   const legend = createLegend(() => {
@@ -129,12 +129,8 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   const disconnect = connectTraits(core, setHeight);
   const hideTooltip = (): void => tooltip.hide();
   canvas.addEventListener("mouseleave", hideTooltip);
-  const resizeObserver = new ResizeObserver(
-    run("a resize", () => {
-      view.resize();
-      applyHeight(core, false); // a side panel may have moved under the canvas (or back beside it)
-    }),
-  );
+  // A side panel may have moved under the canvas (or back beside it): the height follows.
+  const resizeObserver = new ResizeObserver(run("a resize", () => (view.resize(), applyHeight(core, false))));
   resizeObserver.observe(body);
 
   const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as GradvizHooks;
