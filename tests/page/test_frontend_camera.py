@@ -311,3 +311,24 @@ def test_stepper_follows_at_the_current_zoom(browser: Any, tmp_path: Path) -> No
         assert abs(v["zoom"] - 0.7) < 1e-6, f"step {step}: the stepper changed the zoom to {v['zoom']:.2f}"
         assert shown(v), f"step {step}: running node off the canvas: {v['boxes']}"
     assert p.errors == []
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_no_empty_band_while_the_graph_is_cut(browser: Any, tmp_path: Path, step: int) -> None:
+    """A subject near the loss framed at 100% in a graph too tall for the canvas: the view slides so the
+    graph fills the canvas (the loss at the bottom) instead of leaving a blank band under the loss while
+    the top is cut off."""
+    data = load_fixture("recording_mlp.json")
+    state = {"graph_data": data["graph"], "recording": data["recording"], "step": step, "height": 560,
+             "expanded": sorted({c["id"] for c in data["graph"].get("calls", [])})}
+    p = MountedPage(browser, tmp_path, state, viewport=(1040, 1000), width=1000)
+    v = view(p, "node.st-run")
+    g = v["graph"]
+    assert v["zoom"] >= 1 - 1e-6 and g["y2"] - g["y1"] > v["h"], v  # cut: the premise of the test
+    assert [b["id"] for b in v["boxes"] if inside(b, v)], f"the running node is off the canvas: {v}"
+    legend = p.js("() => { const l = document.querySelector('[data-testid=gradviz-legend]');"
+                  " return l && !l.hidden ? l.getBoundingClientRect().height + 8 : 0; }")
+    blank = v["h"] - legend - g["y2"]  # the legend's band stays free by design
+    assert not (g["y1"] < 0 and blank > 40), f"{blank:.0f} px blank under the graph while its top is cut: {g}"
+    shot(p, f"fill_step{step}")
+    assert p.errors == []

@@ -172,3 +172,21 @@ def test_status_line_screenshots(browser: Any, tmp_path: Path, theme: str, width
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / f"status-{theme}-{width}.png"))
     assert p.errors == []
+
+
+@pytest.mark.parametrize("width", [560, 1000])  # 560: the cell of a 1000 px JupyterLab window
+def test_the_verification_keeps_room_in_a_narrow_line(browser: Any, tmp_path: Path, width: int) -> None:
+    """The headline gives way to the verification result, not the other way round: in a narrow cell the
+    amber banner kept 16 px of the line, its words only behind the expander."""
+    p = MountedPage(browser, tmp_path, small_partial_verify(), viewport=(width + 40, 700), width=width)
+    seen = p.js("""() => {
+      const line = document.querySelector('.gradviz-status-entries').getBoundingClientRect();
+      const b = document.querySelector('[data-testid=gradviz-verified]').getBoundingClientRect();
+      const h = document.querySelector('[data-testid=gradviz-whatif-summary]').getBoundingClientRect();
+      return { banner: Math.max(0, Math.min(b.right, line.right) - Math.max(b.left, line.left)),
+               headline: Math.max(0, Math.min(h.right, line.right) - Math.max(h.left, line.left)), line: line.width };
+    }""")
+    assert seen["banner"] >= 120, f"the verification shows {seen['banner']:.0f} px of a {seen['line']:.0f} px line"
+    assert seen["headline"] >= 80, seen
+    p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / f"status-narrow-{width}.png"))
+    assert p.errors == []

@@ -210,8 +210,22 @@ export class Camera {
     let y = h / 2 - (z * (box.y1 + box.y2)) / 2;
     if (how === "bottom") y = h - PAD - z * box.y2;
     else if (how === "top" || tall) y = PAD - z * box.y1;
+    y += this.fill(y, z, box, h);
     this.move(() => this.cy.viewport({ zoom: z, pan: { x, y } }));
     this.clamp();
+  }
+
+  /** How far to slide the view down (+) or up (-) so that no band of canvas stays empty while the graph
+   *  is cut off at the other edge, as far as `box` stays in view (a finding framed with the loss left
+   *  270 px blank under the loss while the graph above it was cut). */
+  private fill(y: number, z: number, box: Bounds, h: number): number {
+    const g = this.bbox;
+    if (!g) return 0;
+    const top = y + z * g.y1;
+    const bottom = y + z * g.y2;
+    if (top < PAD && bottom < h - PAD) return Math.max(0, Math.min(PAD - top, h - PAD - bottom, h - PAD - (y + z * box.y2)));
+    if (bottom > h - PAD && top > PAD) return -Math.max(0, Math.min(top - PAD, bottom - (h - PAD), y + z * box.y1 - PAD));
+    return 0;
   }
 
   private move(f: () => void): void {
