@@ -17,7 +17,7 @@ import { createErrorBox, ERROR_BOX_CSS } from "./core/errorbox";
 import { guardModel } from "./core/guard";
 import { coreHooks, type CoreHooks } from "./core/hooks";
 import { collapseEverything, expandEverything } from "./core/disclosure";
-import { applyHeight, relayout, watchCamera } from "./core/drawing";
+import { applyHeight, followPanels, relayout, watchCamera } from "./core/drawing";
 import type { Feature, Slots } from "./core/feature";
 import { repaint, tooltipText } from "./core/paint";
 import { setSelected } from "./core/selection";
@@ -130,7 +130,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   const hideTooltip = (): void => tooltip.hide();
   canvas.addEventListener("mouseleave", hideTooltip);
   // A side panel may have moved under the canvas (or back beside it): the height follows.
-  const resizeObserver = new ResizeObserver(run("a resize", () => (view.resize(), applyHeight(core, false))));
+  const resizeObserver = new ResizeObserver(run("a resize", () => (view.resize(), followPanels(core))));
   resizeObserver.observe(body);
 
   const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as GradvizHooks;

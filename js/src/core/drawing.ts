@@ -183,8 +183,7 @@ export function applyHeight(ctx: Core, mayShrink = true): void {
   const least = body.classList.contains("gradviz-with-side") ? 360 : 160;
   // A side panel laid out under the canvas (a narrow cell) takes a share of the body: the canvas keeps
   // the height it needs and the body grows by the panel (it squeezed a stepper's canvas to 270 px).
-  const canvas = view.cy.container();
-  const share = canvas && body.clientHeight > 0 ? Math.min(1, Math.max(0.3, canvas.clientHeight / body.clientHeight)) : 1;
+  const share = canvasShare(ctx);
   const now = (parseFloat(body.style.height) || 0) * share;
   let px = content === null ? limit : Math.min(limit, Math.max(least, content));
   if (!mayShrink && px < now) px = Math.min(now, limit);
@@ -192,6 +191,29 @@ export function applyHeight(ctx: Core, mayShrink = true): void {
   body.style.height = `${Math.round(px / share)}px`;
   root.style.setProperty("--gv-body-h", body.style.height); // the side column never outgrows the graph
   view.resize();
+}
+
+/** After a resize: when a side panel moved under the canvas (or back beside it), the height follows,
+ *  once per move. Not on every resize: a host that sizes the cell from its content (marimo) answers a
+ *  height change with another resize, and the cell never settled. */
+const panelWasUnder = new WeakMap<Core, boolean>();
+export function followPanels(ctx: Core): void {
+  const under = canvasShare(ctx) < 1;
+  if (under === (panelWasUnder.get(ctx) ?? false)) return;
+  panelWasUnder.set(ctx, under);
+  applyHeight(ctx, false);
+}
+
+/** The share of the body the canvas gets: 1, unless a side panel is laid out under it (narrow cells).
+ *  Measured only then, so a host that sizes the canvas apart from the body never makes it grow. */
+function canvasShare(ctx: Core): number {
+  const canvas = ctx.view.cy.container();
+  const b = ctx.body.clientHeight;
+  if (!canvas || b <= 0) return 1;
+  const c = canvas.getBoundingClientRect();
+  const panels = ctx.body.querySelectorAll<HTMLElement>(".gradviz-details:not([hidden]), .gradviz-step-details:not([hidden])");
+  const under = [...panels].some((p) => p.offsetHeight > 0 && p.getBoundingClientRect().top >= c.bottom - 1);
+  return under ? Math.min(1, Math.max(0.5, c.height / b)) : 1;
 }
 
 export function setSpinner(ctx: Core, text: string | null): void {
