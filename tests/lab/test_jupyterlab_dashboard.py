@@ -62,6 +62,8 @@ BAR_POINT_JS = """([fig, name]) => {
         const x = Math.sqrt(data.left[i] * data.right[i]);  // the bar's middle on the log axis
         const sx = view.frame.x_scale.compute(x);
         const sy = view.frame.y_scale.compute(plot.y_range.synthetic(data.label[i]));
+        // The graph above may be taller than the window (a small graph sizes itself): bring the chart in.
+        view.canvas_view.el.scrollIntoView({ block: "center" });
         const r = view.canvas_view.el.getBoundingClientRect();
         return [r.left + sx, r.top + sy];
     }
