@@ -105,3 +105,18 @@ class MountedPage:
 
     def js(self, expr: str, arg: Any = None) -> Any:
         return self.page.evaluate(expr, arg)
+
+
+def gpt2_small_payload() -> dict[str, Any]:
+    """The page payload of a captured GPT-2 (`small_test`, batch 2): the camera and view tests' shared graph."""
+    import torch
+
+    import gradviz_nb as gv
+    from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
+    from gradviz_nb.widgets.page import graph as graph_payload
+
+    torch.manual_seed(0)
+    model = GPT2(GPT2Config.small_test())
+    with gv.capture(model) as cap:
+        loss = gpt2_loss(model, batch=2)
+    return graph_payload(gv.trace(loss, model=model, capture=cap))

@@ -20,7 +20,6 @@ from torch import nn
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, MLP, GPT2Config, add_lora, gpt2_loss
 from gradviz_nb.export.html import exported_state
-from gradviz_nb.widgets.page import graph as graph_payload
 
 pytestmark = pytest.mark.browser
 browser = pagekit.browser
@@ -108,11 +107,7 @@ def two_layer_whatif() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gpt2_payload() -> dict[str, Any]:
-    torch.manual_seed(0)
-    model = GPT2(GPT2Config.small_test())
-    with gv.capture(model) as cap:
-        loss = gpt2_loss(model, batch=2)
-    return graph_payload(gv.trace(loss, model=model, capture=cap))
+    return pagekit.gpt2_small_payload()
 
 
 def mlp_state() -> dict[str, Any]:

@@ -61,11 +61,7 @@ CONTRAST_JS = f"""() => {{
 
 @pytest.fixture(scope="module")
 def gpt2_payload() -> dict[str, Any]:
-    torch.manual_seed(0)
-    model = GPT2(GPT2Config.small_test())
-    with gv.capture(model) as cap:
-        loss = gpt2_loss(model, batch=2)
-    return graph_payload(gv.trace(loss, model=model, capture=cap))
+    return pagekit.gpt2_small_payload()
 
 
 def _tiny_payload() -> dict[str, Any]:
