@@ -68,7 +68,7 @@ def _ms(s: float) -> str:
 
 def table(rows: Sequence[Row], reps: int) -> str:
     lines = [f"Measured {machine()}; process CPU time, minimum of {reps} interleaved runs "
-             "(monitor rows: 2, each run is 10 steps).", "",
+             "(monitor rows: 3, each run is 10 steps).", "",
              "| model | feature | / plain | ratio | goal | feature ms | plain ms |",
              "|---|---|---|---:|---|---:|---:|"]
     for r in rows:
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     per_call, per_op = fixed_costs(reps, n=200 if args.quick else 2000)
     for m in models(args.quick):
         if args.only in m.name:
-            rows += measure(m, reps, monitor_reps=1 if args.quick else 2, fixed=(per_call, per_op))
+            rows += measure(m, reps, monitor_reps=1 if args.quick else 3, fixed=(per_call, per_op))
     text = table(rows, reps) + (
         f"\n\nFixed costs of gv.capture: capture per module call {per_call * 1e6:.1f} us (two global hooks, "
         f"nn.Identity calls), capture per op {per_op * 1e6:.1f} us (the ghost and value observer, a "

@@ -11,13 +11,16 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradviz_nb.bench.timing import Row, available, interleaved
 from gradviz_nb.demo_models import GPT2, GPT2Config
 from gradviz_nb.probes.backward import record_backward
+from gradviz_nb.probes.backward_stats import _reductions
 from gradviz_nb.probes.monitor import GradientMonitor
 from gradviz_nb.probes.nonfinite import find_nonfinite
 from gradviz_nb.tracing import capture, trace
+from gradviz_nb.tracing.walk import reachable
 
 
 @dataclass
@@ -146,14 +149,43 @@ def capture_rows(b: Bench, fixed: tuple[float, float] | None) -> list[Row]:
 
 
 def backward_row(b: Bench) -> list[Row]:
-    """record_backward against backward on the same graph (``.grad`` cleared before each)."""
+    """record_backward against backward on the same graph (``.grad`` cleared before each), and the two parts
+    of a recording no implementation can skip: the graph (a trace) and the statistics of every gradient."""
     loss, model = b.loss(), b.model
+    grads = _gradients(loss)
+
+    def statistics() -> None:
+        torch.stack([s for g in grads for s in _reductions(g)]).tolist()
+
     t = interleaved({"backward": lambda: loss.backward(retain_graph=True),  # type: ignore[no-untyped-call]
                      "record": lambda: record_backward(loss, model=model),
-                     "armed": lambda: record_backward(loss, model=model, until="nonfinite")}, b.reps, before=b.zero)
+                     "armed": lambda: record_backward(loss, model=model, until="nonfinite"),
+                     "trace": lambda: trace(loss, model=model), "statistics": statistics}, b.reps, before=b.zero)
+    n = sum(g.numel() for g in grads)
     return [Row(b.m.name, "gv.record_backward", "loss.backward()", t["record"], t["backward"], "<= 1.5"),
             Row(b.m.name, 'record_backward(until="nonfinite"), nothing fires', "loss.backward()", t["armed"],
-                t["backward"], "<= 1.2")]
+                t["backward"], "<= 1.2"),
+            Row(b.m.name, "part of record_backward: gv.trace alone", "loss.backward()", t["trace"], t["backward"]),
+            Row(b.m.name, f"part of record_backward: norm, sum, min and max of its {len(grads)} gradients "
+                f"({n / 1e6:.1f}M elements)", "loss.backward()", t["statistics"], t["backward"])]
+
+
+def _gradients(loss: torch.Tensor) -> list[torch.Tensor]:
+    """Every distinct gradient tensor one backward of ``loss`` makes: what each node received and sent."""
+    seen: dict[int, torch.Tensor] = {}
+
+    def keep(sent: tuple[Any, ...], received: tuple[Any, ...]) -> None:
+        for g in (*sent, *received):
+            if isinstance(g, torch.Tensor):
+                seen.setdefault(id(g), g)  # held: its id is not reused, nothing adds into it in place
+
+    handles = [fn.register_hook(keep) for fn, _ in reachable([loss.grad_fn])]
+    try:
+        loss.backward(retain_graph=True)  # type: ignore[no-untyped-call]
+    finally:
+        for h in handles:
+            h.remove()
+    return list(seen.values())
 
 
 def nonfinite_rows(b: Bench) -> list[Row]:
@@ -167,10 +199,28 @@ def nonfinite_rows(b: Bench) -> list[Row]:
             with torch.autograd.detect_anomaly():
                 step()
 
-    t = interleaved({"plain": step, "find": lambda: find_nonfinite(step, model=b.model), "anomaly": anomaly},
-                    b.reps, before=b.zero)
+    def idle_mode() -> None:
+        with _IdleMode():  # type: ignore[no-untyped-call]
+            step()
+
+    t = interleaved({"plain": step, "find": lambda: find_nonfinite(step, model=b.model), "anomaly": anomaly,
+                     "mode": idle_mode}, b.reps, before=b.zero)
     return [Row(b.m.name, "gv.find_nonfinite", "forward + backward", t["find"], t["plain"], "<= 1.5"),
-            Row(b.m.name, "detect_anomaly() (peer)", "forward + backward", t["anomaly"], t["plain"])]
+            Row(b.m.name, "detect_anomaly() (peer)", "forward + backward", t["anomaly"], t["plain"]),
+            Row(b.m.name, "part of gv.find_nonfinite: a TorchDispatchMode that does nothing", "forward + backward",
+                t["mode"], t["plain"])]
+
+
+class _IdleMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees every op of forward and backward (as find_nonfinite's watch does) and only runs it; like the
+    watch, without torch's per-call dynamo-disable wrapper."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
 
 
 def monitor_row(b: Bench, reps: int) -> list[Row]:

@@ -10,7 +10,8 @@ leaves. By default the user's ``.grad`` are put back exactly as they were.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from gradviz_nb.probes.backward_stats import SAME_ELEMENTS, SMALL, GradStats, Pe
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.ghosts import InplaceWrite
-from gradviz_nb.tracing.trace import trace_with_nodes
+from gradviz_nb.tracing.trace import trace, trace_with_nodes
 from gradviz_nb.tracing.walk import is_custom
 from gradviz_nb.validate import boolean, instance, not_meta
 
@@ -75,8 +76,10 @@ class BackwardRecording:
         rec.leaf_grad("fc1.weight")  # the full gradient that reached fc1.weight in the last pass
     """
 
-    def __init__(self, graph: AutogradGraph) -> None:
-        self.graph = graph
+    def __init__(self, graph: AutogradGraph | Callable[[], AutogradGraph]) -> None:
+        # A quiet armed pass keeps how to trace its graph instead of the graph (traced when first asked).
+        self._graph: AutogradGraph | None = graph if isinstance(graph, AutogradGraph) else None
+        self._later: Callable[[], AutogradGraph] | None = None if isinstance(graph, AutogradGraph) else graph
         self.steps: list[Step] = []
         self.passes = 0
         self._leaf_grads: list[dict[str, torch.Tensor]] = []
@@ -87,6 +90,13 @@ class BackwardRecording:
         self._hidden_grads: list[dict[str, torch.Tensor | None]] = []
         self._hidden_names: set[str] = set()  # every such parameter name the recording watched
         self.armed: Armed | None = None  # record_backward(until=...): what the armed pass checked
+
+    @property
+    def graph(self) -> AutogradGraph:
+        if self._graph is None:
+            assert self._later is not None
+            self._graph, self._later = self._later(), None
+        return self._graph
 
     def leaf_grad(self, name: str, pass_index: int = -1) -> torch.Tensor:
         """The gradient a leaf (by name or id) received in one pass (default: the last).
@@ -201,7 +211,8 @@ def record_backward(
     ``grad``: the gradient of a non-scalar ``loss`` (as in ``loss.backward(grad)``).
     Parameters the graph cannot show (inside a reentrant checkpoint) are recorded too: ``leaf_grad``.
     ``until="nonfinite"`` arms it: the backward runs with only a cheap finiteness check per gradient, and
-    is recorded in full only when a NaN/Inf appeared (else no steps; ``rec.armed`` says what was checked).
+    is recorded in full only when a NaN/Inf appeared (else no steps; ``rec.armed`` says what was checked, and
+    ``rec.graph`` is traced when first asked, while ``loss`` is alive: nothing keeps a quiet step's graph).
 
     Example::
 
@@ -215,9 +226,9 @@ def record_backward(
         if into is not None or accumulate:
             raise GradvizError("record_backward(until=...) records one pass that changes no .grad: drop into= "
                                "and accumulate=True.")
-        armed, checked = armed_check(loss, model, capture, names, grad, until)
+        armed = armed_check(loss, grad, until)
         if not armed.hit:
-            quiet = BackwardRecording(checked)
+            quiet = BackwardRecording(_trace_later(loss, model, capture, names))
             quiet.armed = armed
             return quiet
     graph, nodes = trace_with_nodes(loss, model, capture, names)
@@ -245,6 +256,22 @@ def record_backward(
     return rec
 
 
+def _trace_later(loss: torch.Tensor, model: nn.Module | None, capture: Capture | None,
+                 names: Mapping[str, torch.Tensor] | None) -> Callable[[], AutogradGraph]:
+    """How to trace ``loss``'s graph later, holding the loss only weakly: a quiet armed recording must not
+    keep a training step's activations alive."""
+    ref = weakref.ref(loss)
+    capture = capture if capture is not None else next(iter(watched()), None)  # the watch may end before
+
+    def later() -> AutogradGraph:
+        alive = ref()
+        if alive is None:
+            raise GradvizError("This armed recording found no NaN/Inf, so it kept no graph, and the loss it checked "
+                               "has been freed since: trace a loss that is still alive, gv.trace(loss).")
+        return trace(alive, model=model, capture=capture, names=names)
+    return later
+
+
 def _check_args(loss: Any, grad: Any, accumulate: bool, keep_values: bool, keep_leaf_values: bool, into: Any,
                 model: nn.Module | None) -> None:
     if not isinstance(loss, torch.Tensor):
@@ -263,7 +290,8 @@ def _check_args(loss: Any, grad: Any, accumulate: bool, keep_values: bool, keep_
         boolean(flag, value)
     if into is not None:
         instance("into", into, BackwardRecording, "a BackwardRecording (an earlier gv.record_backward) or None")
-    not_meta("gv.record_backward", loss, model)
+    if loss.is_meta:  # a loss with values comes from parameters with values: the model is not scanned
+        not_meta("gv.record_backward", model, loss)
 
 
 def _distributed() -> bool:

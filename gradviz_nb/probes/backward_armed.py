@@ -8,22 +8,20 @@ every gradient was finite it returns a recording with no steps that says how man
 was not, it records that backward again in full (the graph was kept), so the stepper and ``rec.find``
 see everything around the first NaN/Inf. Only gradients a node *sent* are checked, plus what arrives in
 a buffer fed by several producers (a sum of finite values can overflow); a one-slot buffer holds exactly
-what its producer sent, already checked.
+what its producer sent, already checked. The armed pass does not trace: it only visits the nodes to hook
+them (:func:`~gradviz_nb.tracing.walk.reachable`), and a quiet recording traces its graph when first asked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.tracing import Capture
-from gradviz_nb.tracing.graph import AutogradGraph
-from gradviz_nb.tracing.trace import trace_with_nodes
+from gradviz_nb.tracing.walk import reachable
 
 __all__ = ["UNTIL", "Armed", "armed_check"]
 
@@ -50,17 +48,15 @@ def _flags(grads: tuple[Any, ...], into: list[torch.Tensor]) -> None:
             into.append(g.detach().sum().float())
 
 
-def armed_check(loss: torch.Tensor, model: nn.Module | None, capture: Capture | None,
-                names: Mapping[str, torch.Tensor] | None, grad: torch.Tensor | None,
-                until: str) -> tuple[Armed, AutogradGraph]:
+def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str) -> Armed:
     """Run ``loss.backward`` (graph kept, ``.grad`` of every leaf put back as it was) with the cheap check
     of ``until`` on every step."""
     if until not in UNTIL:
         raise GradvizError(f"record_backward(until={until!r}): give one of {', '.join(map(repr, UNTIL))}.")
-    graph, nodes = trace_with_nodes(loss, model, capture, names)
+    nodes = reachable([loss.grad_fn])
     slots: dict[Any, int] = {}
-    for fn in nodes:
-        for nxt, _ in fn.next_functions:
+    for _, next_functions in nodes:
+        for nxt, _ in next_functions:
             if nxt is not None:
                 slots[nxt] = slots.get(nxt, 0) + 1
     flags: list[torch.Tensor] = []
@@ -83,9 +79,9 @@ def armed_check(loss: torch.Tensor, model: nn.Module | None, capture: Capture | 
         _flags(grad_inputs, flags)
         step_of.extend([len(order) - 1] * (len(flags) - n))
 
-    leaves = [fn.variable for fn in nodes if hasattr(fn, "variable")]
+    leaves = [fn.variable for fn, _ in nodes if hasattr(fn, "variable")]
     saved = [t.grad for t in leaves]
-    handles = [h for fn in nodes for h in (fn.register_prehook(pre(fn)), fn.register_hook(post))]
+    handles = [h for fn, _ in nodes for h in (fn.register_prehook(pre(fn)), fn.register_hook(post))]
     try:
         for t in leaves:
             t.grad = None
@@ -97,7 +93,7 @@ def armed_check(loss: torch.Tensor, model: nn.Module | None, capture: Capture | 
             t.grad = g
         del nodes, handles
     if not flags:
-        return Armed(until, len(order), -1), graph
+        return Armed(until, len(order), -1)
     sums = torch.stack([f.cpu() for f in flags]) if len({f.device for f in flags}) > 1 else torch.stack(flags)
     bad = (~torch.isfinite(sums)).nonzero()
-    return Armed(until, len(order), step_of[int(bad[0])] if len(bad) else -1), graph
+    return Armed(until, len(order), step_of[int(bad[0])] if len(bad) else -1)

@@ -481,26 +481,8 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
     graph's saved activations).
     """
     release_anchors()
-    keys: dict[Any, int] = {}
+    order, nexts, keys = _reach(root_fns)
     nodes: list[RawNode] = []
-    stack = [fn for fn in root_fns if fn is not None]
-    for fn in stack:
-        if fn not in keys:
-            keys[fn] = -1
-    order: list[Any] = []
-    nexts: list[Any] = []  # next_functions builds a fresh tuple per call: read it once per node
-    while stack:  # iterative DFS: deep graphs (thousands of layers) must not hit the recursion limit
-        fn = stack.pop()
-        if keys[fn] >= 0:
-            continue
-        keys[fn] = len(order)
-        order.append(fn)
-        nf = fn.next_functions
-        nexts.append(nf)
-        for nxt, _ in nf:
-            if nxt is not None and nxt not in keys:
-                keys[nxt] = -1
-                stack.append(nxt)
     storages: Storages = {}
     checkpoints = Checkpoints()
     for key, (fn, nf) in enumerate(zip(order, nexts, strict=True)):
@@ -522,3 +504,40 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
     if checkpoints.count:
         _frame_entries(nodes, checkpoints, storages)
     return nodes, keys
+
+
+def _reach(root_fns: list[Any]) -> tuple[list[Any], list[Any], dict[Any, int]]:
+    """Every node reachable from ``root_fns`` in visit order, each node's ``next_functions`` (read once:
+    it builds a fresh tuple per call) and node -> position."""
+    keys: dict[Any, int] = {}
+    stack = [fn for fn in root_fns if fn is not None]
+    for fn in stack:
+        if fn not in keys:
+            keys[fn] = -1
+    order: list[Any] = []
+    nexts: list[Any] = []
+    while stack:  # iterative DFS: deep graphs (thousands of layers) must not hit the recursion limit
+        fn = stack.pop()
+        if keys[fn] >= 0:
+            continue
+        keys[fn] = len(order)
+        order.append(fn)
+        nf = fn.next_functions
+        nexts.append(nf)
+        for nxt, _ in nf:
+            if nxt is not None and nxt not in keys:
+                keys[nxt] = -1
+                stack.append(nxt)
+    return order, nexts, keys
+
+
+def reachable(root_fns: list[Any]) -> list[tuple[Any, tuple[Any, ...]]]:
+    """Every node reachable from ``root_fns`` with its ``next_functions``, nothing copied out: for a pass
+    that only hooks the nodes (the armed backward check costs a twentieth of :func:`walk`). Anchored like
+    :func:`walk`. The caller must drop the list: it pins the graph."""
+    release_anchors()
+    order, nexts, keys = _reach(root_fns)
+    if len(order) >= ANCHOR_EVERY:
+        producers = [[keys[n] for n, _ in nf if n is not None] for nf in nexts]
+        anchor(order, producers, [int(fn._sequence_nr()) for fn in order])
+    return list(zip(order, nexts, strict=True))

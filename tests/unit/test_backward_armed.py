@@ -5,6 +5,9 @@ The truth is PyTorch's own: a plain backward's gradients (tensor hooks) and ``.g
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -53,3 +56,29 @@ def test_bad_until_says_what_to_give() -> None:
         gv.record_backward((a * 2).sum(), until="nan")
     with pytest.raises(GradvizError, match="into="):
         gv.record_backward((a * 2).sum(), until="nonfinite", accumulate=True)
+
+
+def test_a_quiet_armed_recording_keeps_no_graph_and_traces_it_when_asked() -> None:
+    # The armed pass only hooks the nodes; a quiet result traces its graph when first asked, and holds the
+    # loss weakly: a training loop arming every step keeps no step's activations alive.
+    w = torch.ones(3, requires_grad=True)
+
+    def step() -> tuple[torch.Tensor, weakref.ref[torch.Tensor]]:
+        h = w * 2  # kept alive only by the graph: MulBackward0 saves it for backward
+        return (h * h).sum(), weakref.ref(h)
+
+    loss, held = step()
+    rec = gv.record_backward(loss, names={"w": w}, until="nonfinite")
+    assert rec.armed is not None and not rec.armed.hit and w.grad is None
+    assert sorted(rec.graph.nx.nodes(data="op")) == sorted(gv.trace(loss, names={"w": w}).nx.nodes(data="op"))
+
+    other, held_other = step()
+    quiet = gv.record_backward(other, names={"w": w}, until="nonfinite")
+    del other
+    gc.collect()
+    assert held() is not None and held_other() is None  # the quiet recording kept nothing of its step
+    with pytest.raises(GradvizError, match=r"kept no graph.*gv\.trace"):
+        _ = quiet.graph
+    del loss
+    gc.collect()
+    assert held() is None and list(rec.graph.leaves()) == ["w"]  # traced before: the graph data stays
