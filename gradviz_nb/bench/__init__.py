@@ -1,18 +1,21 @@
 """The overhead table: every feature's cost as a ratio to the plain operation it wraps, beside peers.
 
 Run ``python -m gradviz_nb.bench`` (``--quick``: tiny model, 2 repeats, only proves it runs;
-``--readme docs/guides/costs.md``: also rewrite the docs' Costs table). Everything is timed in ONE process at
-one torch thread, interleaved (each repeat runs every variant of a row once, in rotating order, garbage
-collector off), and the minimum of N is kept. Times are process CPU time: at one torch thread that is the
-wall time of an idle machine, and on a shared one it leaves out the time other processes held the cores
-(wall-clock runs of a 10 ms trace were seen stalled 40-70 ms by the scheduler at random points).
+``--readme README.md --readme docs/guides/costs.md``: also rewrite the Costs table of each file). Everything
+is timed in ONE process at one torch thread, interleaved (each repeat runs every variant of a row once, in
+rotating order, garbage collector off), and the minimum of N is kept. Times are process CPU time: at one
+torch thread that is the wall time of an idle machine, and on a shared one it leaves out the time other
+processes held the cores (wall-clock runs of a 10 ms trace were seen stalled 40-70 ms by the scheduler at
+random points).
 
 Rows (``feature / plain``):
 
 - ``gv.trace`` / torchviz ``make_dot`` (graph built, not rendered) on a loss whose graph exists;
 - forward inside ``gv.capture(model)`` / the plain forward;
-- ``gv.record_backward`` / ``loss.backward(retain_graph=True)``;
-- ``gv.find_nonfinite`` (forward + backward) / plain forward + backward, and ``detect_anomaly()`` beside it;
+- ``gv.record_backward`` / ``loss.backward(retain_graph=True)``, beside its two parts no recording can skip:
+  ``gv.trace`` and the statistics (norm, sum, min and max) of every gradient one backward makes;
+- ``gv.find_nonfinite`` (forward + backward) / plain forward + backward, and ``detect_anomaly()`` beside it,
+  and a ``TorchDispatchMode`` that does nothing (what watching every op costs before checking anything);
 - ten training steps with ``GradientMonitor(every=10)`` / ten plain steps (forward, backward, SGD, zero_grad);
 - peers that build a graph by running the model (torchview ``draw_graph``, torchlens ``log_forward_pass``)
   / the plain forward, next to ``gv.capture`` + ``gv.trace`` / the plain forward;
@@ -31,6 +34,7 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import os
+import pathlib
 import platform
 from collections.abc import Sequence
 
@@ -39,8 +43,10 @@ import torch
 from gradviz_nb.bench import meta_llama
 from gradviz_nb.bench.rows import Model, fixed_costs, measure, models
 from gradviz_nb.bench.timing import Row, interleaved
+from gradviz_nb.files import write_atomic
 
-START, END = "<!-- costs:start (python -m gradviz_nb.bench --readme docs/guides/costs.md) -->", "<!-- costs:end -->"
+COMMAND = "python -m gradviz_nb.bench --readme README.md --readme docs/guides/costs.md"
+START, END = f"<!-- costs:start ({COMMAND}) -->", "<!-- costs:end -->"
 
 
 def machine() -> str:
@@ -80,16 +86,21 @@ def table(rows: Sequence[Row], reps: int) -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: str, text: str) -> None:
-    """Replace the table between the markers of the Costs section (docs/guides/costs.md)."""
+def _parts(path: str) -> tuple[str, str]:
+    """The file's text before and after its table markers; exits saying so when it has none."""
     with open(path, encoding="utf-8") as f:
         readme = f.read()
     head, sep, rest = readme.partition(START)
     _, sep2, tail = rest.partition(END)
     if not sep or not sep2:
         raise SystemExit(f"{path}: no '{START}' ... '{END}' markers to put the table between")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(f"{head}{START}\n{text}\n{END}{tail}")
+    return head, tail
+
+
+def write_readme(path: str, text: str) -> None:
+    """Replace the table between the markers of a Costs section (README.md, docs/guides/costs.md)."""
+    head, tail = _parts(path)
+    write_atomic(pathlib.Path(path), f"{head}{START}\n{text}\n{END}{tail}".encode(), "python -m gradviz_nb.bench")
 
 
 def main(argv: Sequence[str] | None = None) -> str:
@@ -100,8 +111,11 @@ def main(argv: Sequence[str] | None = None) -> str:
     ap.add_argument("--quick", action="store_true", help="tiny model, 2 repeats: proves it runs")
     ap.add_argument("--reps", type=int, default=0, help="repeats per row (default 9; --quick 2)")
     ap.add_argument("--only", default="", help="measure only models whose name contains this")
-    ap.add_argument("--readme", default="", help="also write the table into this file's costs markers")
+    ap.add_argument("--readme", action="append", default=[],
+                    help="also write the table between this file's costs markers (repeat for several files)")
     args = ap.parse_args(argv)
+    for path in args.readme:
+        _parts(path)  # before minutes of measuring: every file has its markers
     torch.set_num_threads(1)
     reps = args.reps or (2 if args.quick else 9)
     rows: list[Row] = []
@@ -115,8 +129,8 @@ def main(argv: Sequence[str] | None = None) -> str:
         "128-element op that makes an autograd node).")
     text += "\n\n" + meta_llama.row(repeats=1 if args.quick else 3, quick=args.quick)
     print(text)
-    if args.readme:
-        write_readme(args.readme, text)
+    for path in args.readme:
+        write_readme(path, text)
     return text
 
 

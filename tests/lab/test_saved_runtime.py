@@ -12,7 +12,9 @@ model through the widget manager, the page decodes the code once, and each canva
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,3 +120,62 @@ def test_reopened_saved_notebook_draws_every_graph(
     last.screenshot(path=str(screenshot_dir / f"saved_runtime_{server.frontend}_dashboard.png"))
     errors = page.console_log.errors  # type: ignore[attr-defined]
     assert not [e for e in errors if "gradviz" in e.lower()], errors
+
+
+# ipywidgets' JupyterLab manager saves widget state with the notebook only when this setting is on.
+WIDGET_MANAGER = "/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin"
+GRAPH_CELLS = CELLS[:4]  # the four GraphWidgets (the Dashboard adds BokehJS, not ours)
+
+
+def _four_drawn(page: Page) -> list[Any] | None:
+    drawn: list[Any] = page.evaluate(DRAWN_JS)
+    return drawn if len(drawn) == 4 and all(d and d[0] > 0 for d in drawn) else None
+
+
+def _save_state(server: JupyterLabServer, on: bool) -> None:
+    body = json.dumps({"raw": json.dumps({"saveState": on})}).encode()
+    req = urllib.request.Request(server.url + WIDGET_MANAGER, data=body, method="PUT",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30):
+        pass
+
+
+def test_a_notebook_jupyterlab_saves_with_widget_state_is_small_and_draws_again(
+    jupyterlab: JupyterLabServer, lab_page: Page, screenshot_dir: Path
+) -> None:
+    """JupyterLab itself runs and saves four graph widgets with their state (saveState on): the file holds
+    the canvas code once (in the runtime model) and stays under 1.5 MB, and reopened on a fresh kernel
+    every canvas draws from it."""
+    server, page = jupyterlab, lab_page
+    name = server.write_notebook("saved_by_lab.ipynb", GRAPH_CELLS)
+    _save_state(server, True)
+    try:
+        nb = LabNotebook(server, page, name).open()
+        for i in range(len(GRAPH_CELLS)):
+            nb.run_cell(i)
+        nb.poll(lambda: _four_drawn(page), 90.0, "4 canvases drawn")
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        path = server.root / name
+
+        def saved_with_state() -> dict[str, Any] | None:
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return data if data.get("metadata", {}).get("widgets") else None
+
+        data = nb.poll(saved_with_state, 30.0, "the notebook saved with its widget state")
+    finally:
+        _save_state(server, False)
+    size = path.stat().st_size
+    state = data["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    runtimes = [k for k, m in state.items() if m["model_name"] == "WidgetModel" and "code" in m["state"]]
+    graphs = [m["state"] for m in state.values() if m["model_name"] == "AnyModel"]
+    print(f"\nsaved by JupyterLab: {size / 1e6:.2f} MB, {len(state)} models, {len(graphs)} graphs")
+    assert len(runtimes) == 1 and len(graphs) == 4, [m["model_name"] for m in state.values()]
+    assert {g["_runtime"] for g in graphs} == {f"IPY_MODEL_{runtimes[0]}"}
+    assert size <= 1_500_000, f"{size / 1e6:.2f} MB"
+
+    server.shutdown_sessions()  # the kernel that made the widgets is gone: every model comes from the file
+    nb = LabNotebook(server, page, name).open()
+    drawn = nb.poll(lambda: _four_drawn(page), 90.0, "4 canvases drawn from the state JupyterLab saved")
+    assert drawn[0][0] > drawn[1][0]  # the open view and the closed one, as they were
+    assert page.evaluate(RUNTIMES_JS) == 1
+    page.screenshot(path=str(screenshot_dir / "saved_by_lab_reopened.png"))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gradviz_nb.bench import END, START, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,3 +31,24 @@ def test_the_module_entry_runs() -> None:
     run = subprocess.run([sys.executable, "-m", "gradviz_nb.bench", "--help"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0 and "--quick" in run.stdout
+
+
+def test_every_file_is_checked_for_its_markers_before_measuring(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import gradviz_nb.bench as bench
+
+    good, bad = tmp_path / "good.md", tmp_path / "bad.md"
+    good.write_text(f"{START}\nold\n{END}\n", encoding="utf-8")
+    bad.write_text("no markers here\n", encoding="utf-8")
+    measured: list[object] = []
+    monkeypatch.setattr(bench, "fixed_costs", lambda *a, **k: measured.append(a) or (0.0, 0.0))
+    with pytest.raises(SystemExit, match=r"bad\.md: no .* markers"):
+        main(["--quick", "--readme", str(good), "--readme", str(bad)])
+    assert measured == [] and "old" in good.read_text(encoding="utf-8")
+
+
+def test_the_repository_files_the_command_writes_have_their_markers() -> None:
+    for name in ("README.md", "docs/guides/costs.md"):
+        text = (ROOT / name).read_text(encoding="utf-8")
+        assert text.count(START) == 1 and text.count(END) == 1 and text.index(START) < text.index(END), name
+        assert f"--readme {name}" in START
