@@ -24,7 +24,7 @@ SAME_ELEMENTS = frozenset({
 })
 
 
-@dataclass
+@dataclass(slots=True)  # one per distinct gradient of every recorded pass
 class GradStats:
     """One gradient tensor: shape and statistics always; ``value`` when small, asked for, or a leaf's."""
 
