@@ -3,7 +3,7 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
 import type { Chunk, GraphEdge, GraphNode, GraphPayload, PageReply, ModuleCall } from "../src/payload";
-import { drawnItems, neighbourhood, refusalText, VIEW_CAP } from "../src/state/cap";
+import { drawnItems, neighbourhood, refusalText, VIEW_CAP, viewCap } from "../src/state/cap";
 import { expand } from "../src/state/expansion";
 import { foldedCalls, foldedGroups, foldKey, indexFolds, unfoldForExpanded } from "../src/state/fold";
 import { foldedLabel } from "../src/state/labels";
@@ -233,8 +233,15 @@ test("cap: would-be counts from the quotient, refusal text, neighbourhood of a m
   const index = indexCalls(p);
   const all = visibleGraph(p, new Set(index.order));
   assert.equal(drawnItems(all.counts), p.nodes.length + index.order.length);
+  assert.equal(refusalText("Opening blocks.3", 123_412), "Opening blocks.3 would draw 123,412 items (limit 100,000): collapse other boxes or use search.");
+  assert.equal(VIEW_CAP, 100_000);
+  const g = globalThis as { gradvizViewCap?: number };
+  g.gradvizViewCap = 3000; // what page tests of the refusal set
+  assert.equal(viewCap(), 3000);
   assert.equal(refusalText("Opening blocks.3", 3412), "Opening blocks.3 would draw 3,412 items (limit 3,000): collapse other boxes or use search.");
-  assert.equal(VIEW_CAP, 3000);
+  g.gradvizViewCap = -1;
+  assert.equal(viewCap(), VIEW_CAP);
+  delete g.gradvizViewCap;
   const around = neighbourhood(p, "blocks.5.fc.mm", 2, 500);
   const ids = around.items.map((i) => i.key).sort();
   // 1 hop: ln, w, add; 2 hops: x (the block input: blocks.4.add), blocks.6.ln, blocks.6.add.
@@ -264,7 +271,7 @@ test("50,000 nodes: search and quotient stay fast (times printed, not asserted)"
       `quotient folded ${folded.toFixed(0)} ms (${drawnItems(g.counts)} items), unfolded ${unfolded.toFixed(0)} ms (${drawnItems(u.counts)} items)`,
   );
   assert.equal(g.counts.folded, 1);
-  assert.ok(drawnItems(u.counts) > VIEW_CAP);
+  assert.ok(drawnItems(u.counts) > 3000);
 });
 
 test("overlay and stepper: a folded stack shows the largest value inside it and stands for its nodes", () => {

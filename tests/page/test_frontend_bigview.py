@@ -193,3 +193,58 @@ def test_screenshots_far_and_near_light_and_dark(browser: Any, tmp_path: Path, c
                 assert p.js("() => gv.hook.cy.nodes().length") > 5
             root.screenshot(path=str(SCREENSHOTS / f"bigview-{name}-{theme}.png"))
     assert p.errors == []
+
+
+# The overview's pixel at the centre of a node (by element key), and the node's model rectangle.
+PIXEL = """(key) => { const c = gv.el.querySelector('[data-testid=gradviz-overview]'); const big = c.__gradvizBig;
+  const cy = gv.hook.cy, r = big.rectOf(key), z = cy.zoom(), pan = cy.pan();
+  const x = Math.round(pan.x + z * (r.x1 + r.x2) / 2), y = Math.round(pan.y + z * (r.y1 + r.y2) / 2);
+  return { x, y, rgba: [...c.getContext('2d').getImageData(x, y, 1, 1).data] }; }"""
+CENTRE_ON = """(key) => { const cy = gv.hook.cy, r = gv.el.querySelector('[data-testid=gradviz-overview]')
+  .__gradvizBig.rectOf(key); const z = cy.zoom();
+  cy.pan({ x: cy.width() / 2 - z * (r.x1 + r.x2) / 2, y: cy.height() / 2 - z * (r.y1 + r.y2) / 2 }); }"""
+
+
+def _rgb(css: str) -> list[int]:
+    return [int(v) for v in css.removeprefix("rgb(").removesuffix(")").split(",")]
+
+
+def test_decorations_show_zoomed_out_as_they_do_mounted(browser: Any, tmp_path: Path) -> None:
+    """What-if on a 3,000-node chain cut in the middle: zoomed out, the overview draws the lost leaf in the
+    colour Cytoscape gives it once mounted (asked of Cytoscape, light and dark) and the nodes whose backward
+    no longer runs faded as Cytoscape fades them; the nodes that still lead to a leaf stay as they were."""
+    w, w2 = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    x = w
+    for i in range(3000):
+        x = x * (w2 if i == 2990 else 1.0)  # a second leaf near the loss: the ops after it still run backward
+    chain = dict(graph_payload(gv.trace(x.sum(), names={"w": w, "w2": w2})))
+    p = ChainPage(browser, tmp_path, {"graph_data": chain, "height": 600})
+    leaf = next(n["id"] for n in chain["nodes"] if n["names"] == ["w"])
+    consumer = {e["source"]: e["target"] for e in chain["edges"]}
+    forward = [consumer[leaf]]  # the ops in forward order, from the leaf's consumer to the loss
+    while forward[-1] in consumer and not consumer[forward[-1]].startswith("root"):
+        forward.append(consumer[forward[-1]])
+    assert len(forward) > 2900
+    cut, pruned, kept = forward[len(forward) // 2], forward[10], forward[-4]
+    p.js("(d) => gv.model.set('toggles', {detach: [d], freeze: []})", f"{cut}:0")
+    for theme in ("light", "dark"):
+        if theme == "dark":
+            p.js(SET_THEME_JS, DARK)
+            p.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.theme === 'dark'")
+        seen = {}
+        for node in (leaf, pruned, kept):
+            move(p, "cy.zoom(0.2)")
+            p.js(CENTRE_ON, f"n:{node}")
+            p.page.wait_for_timeout(250)
+            assert p.js("() => gv.hook.cy.nodes().map((n) => n.data('kind'))") == ["root"]  # drawn by the overview
+            seen[node] = p.js(PIXEL, f"n:{node}")["rgba"]
+        move(p, "cy.zoom(1)")
+        p.js(CENTRE_ON, f"n:{leaf}")
+        p.page.wait_for_function("(k) => gv.hook.cy.$id(k).nonempty()", arg=f"n:{leaf}")
+        mounted = _rgb(p.js("(k) => gv.hook.cy.$id(k).style('background-color')", f"n:{leaf}"))
+        print(f"\n{theme}: leaf {seen[leaf]} (mounted {mounted}), pruned {seen[pruned]}, kept {seen[kept]}")
+        assert all(abs(a - b) <= 3 for a, b in zip(seen[leaf][:3], mounted, strict=True)), (seen[leaf], mounted)
+        assert seen[leaf][3] == 255
+        assert 60 <= seen[pruned][3] <= 95, seen[pruned]  # Cytoscape's opacity 0.3 for a pruned node
+        assert seen[kept][3] == 255 and seen[kept][:3] != seen[leaf][:3]
+    assert p.errors == []

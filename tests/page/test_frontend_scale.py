@@ -6,8 +6,9 @@
 - folding: GPT-2's six identical blocks are one stacked box; a real click unfolds it;
 - search: typing + Enter, or a click on a result, reveals (loads, opens, unfolds), selects and centres;
   ``selected`` set from Python on a hidden node reveals it too;
-- the view cap refuses an expand-all past 3,000 items; a flat first view past the old 9,000-item cap is
-  drawn (the big view) and a search pick reveals its match.
+- expand-all past the old 3,000-item cap is drawn (the big view); the view cap (100,000 items, lowered for
+  the test) refuses an expand past it; a flat first view past the old 9,000-item cap is drawn and a
+  search pick reveals its match.
 """
 
 from __future__ import annotations
@@ -203,9 +204,26 @@ def test_search_reveals_selects_and_centres(browser: Any, tmp_path: Path, gpt2: 
     assert p.errors == []
 
 
+def test_expand_all_past_the_old_cap_is_drawn(browser: Any, tmp_path: Path) -> None:
+    """Expand all on 5,202 nodes in 200 boxes, refused at the old 3,000-item cap, is drawn by the big view
+    (view/bigview/): every node and box, the members of the open box in view mounted with their labels."""
+    payload = synthetic_payload(n_blocks=200, ops_per_block=17)
+    p = Page(browser, tmp_path, payload)
+    p.page.click("[data-testid=gradviz-expand-all]")
+    p.js("() => gv.hook.idle()")
+    counts = p.js("() => gv.hook.visibleCounts()")
+    assert counts["nodes"] == len(payload["nodes"]) and counts["expanded"] == len(payload["calls"]), counts
+    assert "would draw" not in p.message()
+    assert p.js("() => document.querySelector('.gradviz-root').dataset.bigView") == "true"
+    p.page.wait_for_function("() => gv.hook.cy.nodes('[kind = \"op\"]').length > 5")  # mounted once settled
+    assert len(p.js("() => gv.model.state.expanded")) == len(payload["calls"])
+    assert p.errors == []
+
+
 def test_cap_refuses_expand_all(browser: Any, tmp_path: Path) -> None:
     payload = synthetic_payload(n_blocks=200, ops_per_block=17)
     p = Page(browser, tmp_path, payload)
+    p.js("() => { window.gradvizViewCap = 3000; }")  # the refusal, tested at a cap this graph passes
     before = p.js("() => gv.hook.visibleCounts()")
     p.page.click("[data-testid=gradviz-expand-all]")
     p.js("() => gv.hook.idle()")

@@ -1,7 +1,7 @@
 // What is open (expanded calls, unfolded stacks) and how it changes: each change is checked against
 // the view cap on the would-be counts (no layout), waits for any contents it needs (lazy mode), then
 // is laid out, one change after another. Python sees the result in the `expanded` / `unfolded` traits.
-import { drawnItems, INITIAL_CAP, refusalText, VIEW_CAP } from "../state/cap";
+import { drawnItems, refusalText, viewCap } from "../state/cap";
 import { canonical, collapse, expand, expandAll, sameSet } from "../state/expansion";
 import { canonicalUnfolded, foldedCalls, foldKey, unfoldForExpanded } from "../state/fold";
 import { missingCalls } from "../state/lazy";
@@ -96,10 +96,10 @@ async function applyChange(ctx: Core, step: (cur: Disclosure) => Disclosure, opt
   }
   let graph = visibleGraph(ctx.payload, next.expanded, ctx.index, nextFolded);
   const items = drawnItems(graph.counts);
-  // Past the cap only changes that draw less go through; a first view is drawn up to INITIAL_CAP.
+  // Past the cap only changes that draw less go through; a first view past it shows search instead.
   let nextTooBig = false;
-  if (options.initial) nextTooBig = items > INITIAL_CAP;
-  else if (items > VIEW_CAP && (ctx.tooBig || items > drawnItems(ctx.counts))) {
+  if (options.initial) nextTooBig = items > viewCap();
+  else if (items > viewCap() && (ctx.tooBig || items > drawnItems(ctx.counts))) {
     ctx.toolbar.setMessage(refusalText(options.action, items));
     if (options.fromTrait) saveDisclosure(ctx);
     if (ctx.running === 0) setSpinner(ctx, null);

@@ -103,13 +103,16 @@ export class GraphView {
   /** Pixels at the bottom of the canvas that a fit leaves free (the legend sits there). */
   private bottomReserve = 0;
   big: BigView | null = null; // past BIG_VIEW_ITEMS items Cytoscape holds only what is near the viewport
+  /** The stylesheet Cytoscape draws with (the big view's overview asks it for decoration colours). */
+  private sheet: StylesheetJson;
 
   constructor(container: HTMLElement, theme: Theme, handlers: ViewHandlers) {
     this.theme = theme;
     this.measureCtx = document.createElement("canvas").getContext("2d");
+    this.sheet = stylesheet(theme);
     this.cy = cytoscape({
       container,
-      style: stylesheet(theme),
+      style: this.sheet,
       layout: { name: "preset" },
       minZoom: 0.03,
       maxZoom: 4,
@@ -218,7 +221,7 @@ export class GraphView {
 
   /** Big view hook: a view past BIG_VIEW_ITEMS items goes to the big view (true). */
   private showBig(graph: VisibleGraph, elements: ElementDefinition[]): boolean {
-    this.big = BigView.forSize(this.big, graph.items.length, () => new BigView(this.cy, this.container, this.theme, () => this.paint(this.paintState)));
+    this.big = BigView.forSize(this.big, graph.items.length, () => new BigView(this.cy, this.container, this.theme, this.sheet, () => this.paint(this.paintState)));
     if (!this.big) return false;
     this.shown = graph;
     this.big.load(elements);
@@ -422,8 +425,9 @@ export class GraphView {
   /** A theme and the features' Cytoscape rules for it (from `Feature.styles`, in stylesheet order). */
   setStyles(theme: Theme, featureRules: StylesheetJson): void {
     this.theme = theme;
-    this.big?.setTheme(theme);
-    this.cy.style(stylesheet(theme, featureRules));
+    this.sheet = stylesheet(theme, featureRules);
+    this.big?.setTheme(theme, this.sheet);
+    this.cy.style(this.sheet);
   }
 
   /** Edges take clicks and nothing gets selected (a feature, such as what-if, turns clicks into toggles). */
@@ -467,6 +471,7 @@ export class GraphView {
    *  in place (a badge line, a snowflake, "data | grad") and never shrinks below its laid-out size. */
   paint(p: Paint): void {
     this.paintState = p;
+    this.big?.decorate(p.classes);
     const tap = this.tapEdges ? " tap-edge" : "";
     this.cy.batch(() => {
       this.cy.elements().forEach((ele) => {

@@ -216,5 +216,11 @@ export function stylesheet(t: Theme, featureRules: StylesheetJson = []): Stylesh
     { selector: "node:selected", style: { "border-color": t.brand, "border-width": 3, "border-style": "solid" } },
     // A selected NaN/Inf node keeps the legend's magenta; the selection shows as a halo instead.
     { selector: "node.ov-nan:selected", style: { "border-color": MARK.nan, "underlay-color": t.brand, "underlay-opacity": 0.35, "underlay-padding": 5 } },
+    // The big view's open boxes: the overview layer under Cytoscape draws their fill, so members not yet
+    // mounted show through (view/bigview/).
+    { selector: `node.${BIG_OPEN}`, style: { "background-opacity": 0 } },
   ];
 }
+
+/** Class of an open box the big view mounted (its fill is the overview's). */
+export const BIG_OPEN = "big-open";

@@ -5,10 +5,12 @@
 // lives in typed arrays with a grid index; an overview layer (overview.ts) draws what meets the viewport
 // as plain shapes, and once the zoom is readable the elements near the viewport are mounted into
 // Cytoscape (labels, clicks, hover, decorations), re-synced after each pan or zoom settles.
-import type { CollectionReturnValue, Core, ElementDefinition, EventObject, Position } from "cytoscape";
+import type { CollectionReturnValue, Core, ElementDefinition, EventObject, Position, StylesheetJson } from "cytoscape";
+import { BIG_OPEN } from "../style";
 import type { Theme } from "../theme";
+import { DecorationColours, samePaint, type Paint } from "./decorations";
 import { GridIndex } from "./grid";
-import { drawOverview, extent, styleOf, type OverviewScene, type Viewport } from "./overview";
+import { drawOverview, extent, STYLE, styleOf, type OverviewScene, type Viewport } from "./overview";
 
 /** Views with more items than this are drawn by the big view (the plain-layout regime). */
 export const BIG_VIEW_ITEMS = 2500;
@@ -48,6 +50,10 @@ export class BigView {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private busy = false;
   private readonly lookup: Lookup;
+  private readonly colours: DecorationColours;
+  /** The paint classes the overview's decorations were made from (GraphView.paint's map). */
+  private decorations: ReadonlyMap<string, string> = new Map();
+  private decorated: ReadonlyMap<string, string> | null = null;
   private readonly onViewport = (): void => this.moved();
   private readonly onResize = (): void => this.moved();
   // The selected node stays mounted and outlined however far the view moves.
@@ -67,9 +73,10 @@ export class BigView {
     return null;
   }
 
-  constructor(cy: Core, container: HTMLElement, theme: Theme, repaint: () => void) {
+  constructor(cy: Core, container: HTMLElement, theme: Theme, sheet: StylesheetJson, repaint: () => void) {
     this.cy = cy;
     this.theme = theme;
+    this.colours = new DecorationColours(sheet);
     this.repaint = repaint;
     this.canvas = document.createElement("canvas");
     this.canvas.className = "gradviz-overview";
@@ -90,6 +97,9 @@ export class BigView {
       mountedNode: new Uint8Array(0),
       mountedEdge: new Uint8Array(0),
       selected: -1,
+      decoNode: new Int16Array(0),
+      decoEdge: new Int16Array(0),
+      palette: [],
     };
     // Anything that asks Cytoscape for an element by id (a feature's focus, the stepper's running
     // node, a search reveal, selection) gets it mounted, so code written for a full Cytoscape works.
@@ -173,7 +183,12 @@ export class BigView {
       mountedNode: new Uint8Array(n),
       mountedEdge: new Uint8Array(m),
       selected: -1,
+      decoNode: new Int16Array(n).fill(-1),
+      decoEdge: new Int16Array(m).fill(-1),
+      palette: [],
     };
+    this.decorated = null;
+    this.decorate(this.decorations);
     this.stats.mountedNodes = 0;
     this.stats.mountedEdges = 0;
     this.busy = true;
@@ -187,8 +202,47 @@ export class BigView {
     return this.nodeDefs.length;
   }
 
-  setTheme(theme: Theme): void {
+  setTheme(theme: Theme, sheet: StylesheetJson): void {
     this.theme = theme;
+    this.colours.setSheet(sheet);
+    this.decorated = null;
+    this.decorate(this.decorations);
+    this.requestDraw();
+  }
+
+  /** A feature's classes per element key (GraphView.paint): what the overview draws in their colours,
+   *  so a decoration reads zoomed out as it does mounted (lost leaves, diff changes, heat, NaN). */
+  decorate(classes: ReadonlyMap<string, string>): void {
+    this.decorations = classes;
+    if (classes === this.decorated) return;
+    this.decorated = classes;
+    const { decoNode, decoEdge } = this.scene;
+    decoNode.fill(-1);
+    decoEdge.fill(-1);
+    const palette: Paint[] = [];
+    const index = (p: Paint): number => {
+      let k = palette.findIndex((q) => samePaint(p, q));
+      if (k < 0) k = palette.push(p) - 1;
+      return k;
+    };
+    classes.forEach((extra, key) => {
+      if (!extra) return;
+      const i = this.nodeAt.get(key);
+      if (i !== undefined) {
+        const d = this.nodeDefs[i];
+        const own = typeof d.classes === "string" ? d.classes : "";
+        const kind = String(d.data.kind);
+        const p = this.colours.node(kind, `${own} ${extra}`.trim());
+        if (!samePaint(p, this.colours.node(kind, own))) decoNode[i] = index(p);
+        return;
+      }
+      const k = this.edgeAt.get(key);
+      if (k === undefined) return;
+      const own = typeof this.edgeDefs[k].classes === "string" ? String(this.edgeDefs[k].classes) : "";
+      const p = this.colours.edge(`${own} ${extra}`.trim());
+      if (!samePaint(p, this.colours.edge(own))) decoEdge[k] = index(p);
+    });
+    this.scene.palette = palette;
     this.requestDraw();
   }
 
@@ -328,8 +382,11 @@ export class BigView {
       mountedNode[i] = 1;
       this.stats.mountedNodes++;
       const d = this.nodeDefs[i];
-      // Copies: Cytoscape keeps the objects it is given and paint() changes their data.
-      defs.push({ group: "nodes", data: { ...d.data }, position: { ...d.position! } });
+      // Copies: Cytoscape keeps the objects it is given and paint() changes their data. An open box gets
+      // no fill of its own: the overview draws it, under the members it has not mounted yet.
+      const open = this.scene.style[i] === STYLE.open;
+      const classes = open ? `${typeof d.classes === "string" ? d.classes : ""} ${BIG_OPEN}`.trim() : d.classes;
+      defs.push({ group: "nodes", data: { ...d.data }, position: { ...d.position! }, classes });
     }
     for (const i of nodes) {
       for (let j = this.incStart[i]; j < this.incStart[i + 1]; j++) {
@@ -407,6 +464,7 @@ export class BigView {
     this.cy.off("destroy", this.onDestroy);
     if (this.timer !== null) clearTimeout(this.timer);
     if (this.frame) cancelAnimationFrame(this.frame);
+    this.colours.dispose();
     // Back to Cytoscape's own lookups (the prototype's).
     delete (this.cy as unknown as Record<string, unknown>).getElementById;
     delete (this.cy as unknown as Record<string, unknown>).$id;

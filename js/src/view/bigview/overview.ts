@@ -1,7 +1,9 @@
 // The big view's overview layer: one <canvas> under Cytoscape's, drawn with the same pan and zoom.
 // Nodes are filled rectangles and edges straight lines, only those meeting the viewport (grid lookup),
-// never text: a frame costs what is on screen. Elements mounted in Cytoscape are left to Cytoscape.
+// never text: a frame costs what is on screen. Elements mounted in Cytoscape are left to Cytoscape, but for
+// the fill of open boxes (drawn here under the members not mounted yet).
 import type { Theme } from "../theme";
+import type { Paint } from "./decorations";
 import type { GridIndex } from "./grid";
 
 /** What the layer draws from: the indexes, what Cytoscape draws already, and the selection. */
@@ -18,6 +20,11 @@ export interface OverviewScene {
   mountedNode: Uint8Array;
   mountedEdge: Uint8Array;
   selected: number;
+  /** Per node and per edge: its decoration's index in `palette` (a feature's classes: what-if, diff,
+   *  heat, stepper), -1 when it is drawn plain. */
+  decoNode: Int16Array;
+  decoEdge: Int16Array;
+  palette: Paint[];
 }
 
 export interface Viewport {
@@ -64,55 +71,94 @@ export function drawOverview(ctx: CanvasRenderingContext2D, scene: OverviewScene
   const { nodes, edges } = scene;
   const n = nodes.rects;
   let edgeCount = 0;
+  const decoEdges = new Map<number, number[]>();
   ctx.beginPath();
   edges.each(e.x1, e.y1, e.x2, e.y2, (i) => {
     if (scene.mountedEdge[i]) return;
-    const s = scene.source[i];
-    const t = scene.target[i];
-    ctx.moveTo((n.x1[s] + n.x2[s]) / 2, n.y2[s]);
-    ctx.lineTo((n.x1[t] + n.x2[t]) / 2, n.y1[t]);
     edgeCount++;
+    const d = scene.decoEdge[i];
+    if (d >= 0) {
+      push(decoEdges, d, i);
+      return;
+    }
+    line(ctx, scene, i);
   });
   ctx.strokeStyle = theme.edge;
-  ctx.lineWidth = Math.max(1, 1.2 * v.zoom) / v.zoom;
+  const width = Math.max(1, 1.2 * v.zoom) / v.zoom;
+  ctx.lineWidth = width;
   ctx.stroke();
-  // Bucket by style; open boxes by depth first so members sit on top of them.
+  decoEdges.forEach((list, d) => {
+    ctx.beginPath();
+    for (const i of list) line(ctx, scene, i);
+    ctx.globalAlpha = scene.palette[d].alpha;
+    ctx.strokeStyle = scene.palette[d].line;
+    ctx.lineWidth = 2 * width;
+    ctx.stroke();
+  });
+  ctx.globalAlpha = 1;
+  // Bucket by style (decorated nodes by decoration); open boxes by depth first so members sit on top of them.
   const open: number[] = [];
   const buckets: number[][] = [[], [], [], [], [], []];
+  const decorated = new Map<number, number[]>();
   nodes.each(e.x1, e.y1, e.x2, e.y2, (i) => {
-    if (scene.mountedNode[i]) return;
-    if (scene.style[i] === STYLE.open) open.push(i);
+    if (scene.style[i] === STYLE.open) open.push(i); // mounted or not: Cytoscape draws no fill for it
+    else if (scene.mountedNode[i]) return;
+    else if (scene.decoNode[i] >= 0) push(decorated, scene.decoNode[i], i);
     else buckets[scene.style[i]].push(i);
   });
   open.sort((a, b) => scene.z[a] - scene.z[b]);
-  const palette = colours(theme);
+  const palette: Paint[] = colours(theme).map((c) => ({ ...c, far: c.line, alpha: 1 }));
   // Outlines only where a pixel of border shows; below that the fill alone reads better.
   const outline = v.zoom >= 0.08;
   ctx.lineWidth = 1 / v.zoom;
   for (const i of open) {
+    const d = scene.decoNode[i];
+    const p = d >= 0 ? scene.palette[d] : palette[STYLE.open];
+    ctx.globalAlpha = p.alpha;
     ctx.fillStyle = palette[STYLE.open].fill;
-    ctx.strokeStyle = palette[STYLE.open].line;
+    ctx.strokeStyle = p.line;
     ctx.fillRect(n.x1[i], n.y1[i], n.x2[i] - n.x1[i], n.y2[i] - n.y1[i]);
-    if (outline) ctx.strokeRect(n.x1[i], n.y1[i], n.x2[i] - n.x1[i], n.y2[i] - n.y1[i]);
+    if (!scene.mountedNode[i] && (outline || d >= 0)) ctx.strokeRect(n.x1[i], n.y1[i], n.x2[i] - n.x1[i], n.y2[i] - n.y1[i]);
   }
   const least = 1 / v.zoom; // at least one pixel, so a far zoom still shows every node
-  buckets.forEach((list, s) => {
-    if (!list.length) return;
+  const fill = (list: number[], p: Paint): void => {
     ctx.beginPath();
     for (const i of list) ctx.rect(n.x1[i], n.y1[i], Math.max(least, n.x2[i] - n.x1[i]), Math.max(least, n.y2[i] - n.y1[i]));
     // Far out a node is a few pixels: its outline colour reads against the background, its fill does not.
-    ctx.fillStyle = outline ? palette[s].fill : palette[s].line;
+    ctx.globalAlpha = p.alpha;
+    ctx.fillStyle = outline ? p.fill : p.far;
     ctx.fill();
     if (outline) {
-      ctx.strokeStyle = palette[s].line;
+      ctx.strokeStyle = p.line;
       ctx.stroke();
     }
+  };
+  buckets.forEach((list, s) => {
+    if (list.length) fill(list, palette[s]);
   });
+  decorated.forEach((list, d) => fill(list, scene.palette[d]));
+  ctx.globalAlpha = 1;
   const sel = scene.selected;
   if (sel >= 0 && !scene.mountedNode[sel]) {
     ctx.strokeStyle = theme.brand;
     ctx.lineWidth = 3 / v.zoom;
     ctx.strokeRect(n.x1[sel], n.y1[sel], n.x2[sel] - n.x1[sel], n.y2[sel] - n.y1[sel]);
   }
-  return { nodes: open.length + buckets.reduce((a, b) => a + b.length, 0), edges: edgeCount };
+  let count = open.length + buckets.reduce((a, b) => a + b.length, 0);
+  decorated.forEach((list) => (count += list.length));
+  return { nodes: count, edges: edgeCount };
+}
+
+function line(ctx: CanvasRenderingContext2D, scene: OverviewScene, i: number): void {
+  const n = scene.nodes.rects;
+  const s = scene.source[i];
+  const t = scene.target[i];
+  ctx.moveTo((n.x1[s] + n.x2[s]) / 2, n.y2[s]);
+  ctx.lineTo((n.x1[t] + n.x2[t]) / 2, n.y1[t]);
+}
+
+function push(buckets: Map<number, number[]>, key: number, i: number): void {
+  const list = buckets.get(key);
+  if (list) list.push(i);
+  else buckets.set(key, [i]);
 }
