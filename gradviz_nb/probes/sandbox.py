@@ -49,6 +49,7 @@ from __future__ import annotations
 import copy
 import random
 import sys
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,13 +86,17 @@ GLOBAL_OPTIMIZER_HOOKS = ("_global_optimizer_pre_hooks", "_global_optimizer_post
 TENSOR_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 
 
+_DICTS = (dict, OrderedDict)  # what torch keeps hooks in: checked by type first (an ABC isinstance is slow)
+
+
 def _hook_dicts(owner: object, names: Iterable[str]) -> list[tuple[MutableMapping[Any, Any], dict[Any, Any]]]:
-    """(the live dict, a shallow copy of it) for each hook dict ``owner`` has."""
+    """(the live dict, a shallow copy of it) for each hook dict ``owner`` has. About 13 per module: on a
+    150-module model these and :func:`_restore_dict` were a third of a sandbox's cost, most dicts empty."""
     out = []
     for name in names:
         d = getattr(owner, name, None)
-        if isinstance(d, MutableMapping):
-            out.append((d, dict(d)))
+        if type(d) in _DICTS or isinstance(d, MutableMapping):
+            out.append((d, dict(d) if d else {}))
     return out
 
 
@@ -112,6 +117,8 @@ def _ptr(t: torch.Tensor) -> int | None:
 
 
 def _restore_dict(live: MutableMapping[Any, Any], saved: dict[Any, Any]) -> None:
+    if not live and not saved:  # the usual hook dict: empty before and after
+        return
     if live.keys() != saved.keys() or any(live[k] is not v for k, v in saved.items()):
         live.clear()
         live.update(saved)

@@ -73,9 +73,15 @@ class ChainPage(MountedPage):
         self.page.evaluate(mount, [BUNDLE.read_text(), json.dumps(state)])
 
 
+SYNCED_HERE = """() => { const cy = gv.hook.cy;
+  return cy.container().dataset.bigSynced === `${cy.zoom()} ${cy.pan().x} ${cy.pan().y}`; }"""
+
+
 def settle(p: MountedPage, before: int) -> None:
-    """Wait until the big view has re-synced after a viewport change (it waits for the motion to stop)."""
+    """Wait until the big view has re-synced after a viewport change (it waits for the motion to stop),
+    for the viewport as it is now (a sync an earlier event had scheduled may come first on a busy machine)."""
     p.page.wait_for_function(f"() => {SYNC_COUNT} > {before}", timeout=10_000)
+    p.page.wait_for_function(SYNCED_HERE, timeout=10_000)
 
 
 def move(p: MountedPage, viewport_js: str) -> None:

@@ -348,6 +348,9 @@ export class BigView {
     this.stats.syncMs = performance.now() - started;
     this.cy.container()?.setAttribute("data-big-syncs", String(this.stats.syncs));
     this.cy.container()?.setAttribute("data-big-sync-ms", this.stats.syncMs.toFixed(1));
+    // The viewport this sync mounted for: a test (or tool) waits until it is the current one.
+    const v = this.viewport();
+    this.cy.container()?.setAttribute("data-big-synced", `${v.zoom} ${v.pan.x} ${v.pan.y}`);
   }
 
   /** Run `f` with every element mounted (image export draws the whole graph), then mount only what
