@@ -92,11 +92,11 @@ _DICTS = (dict, OrderedDict)  # what torch keeps hooks in: checked by type first
 def _hook_dicts(owner: object, names: Iterable[str]) -> list[tuple[MutableMapping[Any, Any], dict[Any, Any]]]:
     """(the live dict, a shallow copy of it) for each hook dict ``owner`` has. About 13 per module: on a
     150-module model these and :func:`_restore_dict` were a third of a sandbox's cost, most dicts empty."""
-    out = []
+    out: list[tuple[MutableMapping[Any, Any], dict[Any, Any]]] = []
     for name in names:
         d = getattr(owner, name, None)
         if type(d) in _DICTS or isinstance(d, MutableMapping):
-            out.append((d, dict(d) if d else {}))
+            out.append((d, dict(d) if d else {}))  # type: ignore[arg-type]  # a MutableMapping by the test
     return out
 
 
@@ -193,8 +193,19 @@ def _sums(tensors: list[torch.Tensor]) -> list[float]:
     if not tensors:
         return []
     with torch.no_grad():
-        return torch.stack([t.sum().to(torch.complex128 if t.is_complex() else torch.float64).cpu()
-                            for t in tensors]).tolist()
+        sums = [t.sum() for t in tensors]
+        # Widened per group of one dtype and device, not per tensor: a conversion per 0-d tensor cost as much
+        # as the sums. Each sum converts exactly, so entry and exit still give the same bits.
+        groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+        for i, total in enumerate(sums):
+            groups.setdefault((total.dtype, total.device), []).append(i)
+        out: list[Any] = [0.0] * len(sums)
+        for (dtype, _), members in groups.items():
+            wide = torch.complex128 if dtype.is_complex else torch.float64
+            values = torch.stack([sums[i] for i in members]).to(wide).cpu().tolist()
+            for i, value in zip(members, values, strict=True):
+                out[i] = value
+        return out
 
 
 def _same_number(a: float, b: float) -> bool:
