@@ -3,10 +3,10 @@
 Run ``python -m gradviz_nb.bench`` (``--quick``: tiny model, 2 repeats, only proves it runs;
 ``--readme README.md --readme docs/guides/costs.md``: also rewrite the Costs table of each file). Everything
 is timed in ONE process at one torch thread, interleaved (each repeat runs every variant of a row once, in
-rotating order, garbage collector off), and the minimum of N is kept. Times are process CPU time: at one
-torch thread that is the wall time of an idle machine, and on a shared one it leaves out the time other
-processes held the cores (wall-clock runs of a 10 ms trace were seen stalled 40-70 ms by the scheduler at
-random points).
+rotating order, garbage collector off); a ratio is the median of the per-round ratios, a time the minimum.
+Times are process CPU time: at one torch thread that is the wall time of an idle machine, and on a shared
+one it leaves out the time other processes held the cores (wall-clock runs of a 10 ms trace were seen
+stalled 40-70 ms by the scheduler at random points).
 
 Rows (``feature / plain``):
 
@@ -73,8 +73,9 @@ def _ms(s: float) -> str:
 
 
 def table(rows: Sequence[Row], reps: int) -> str:
-    lines = [f"Measured {machine()}; process CPU time, minimum of {reps} interleaved runs "
-             "(monitor rows: 3, each run is 10 steps).", "",
+    lines = [f"Measured {machine()}; process CPU time of {reps} interleaved rounds (monitor rows: 3, each 10 "
+             "steps). Ratio: the median over rounds of feature / plain timed in the same round (this machine's "
+             "speed drifts over seconds; a ratio of minima swung by 20% between runs); ms: the minima.", "",
              "| model | feature | / plain | ratio | goal | feature ms | plain ms |",
              "|---|---|---|---:|---|---:|---:|"]
     for r in rows:

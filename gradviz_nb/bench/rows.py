@@ -105,7 +105,7 @@ def trace_row(b: Bench) -> list[Row]:
     # Two ~10 ms calls: a min of at least 21 (as the goal was set); one stalled round moves a min of 9.
     t = interleaved({"trace": lambda: trace(traced, model=model),
                      "make_dot": lambda: make_dot(traced, params=params)}, max(b.reps, 21))
-    return [Row(b.m.name, "gv.trace", "torchviz make_dot", t["trace"], t["make_dot"], "<= 1.0")]
+    return [t.row(b.m.name, "gv.trace", "torchviz make_dot", "trace", "make_dot", "<= 1.0")]
 
 
 def capture_rows(b: Bench, fixed: tuple[float, float] | None) -> list[Row]:
@@ -132,7 +132,7 @@ def capture_rows(b: Bench, fixed: tuple[float, float] | None) -> list[Row]:
 
         variants["torchlens"] = lambda: torchlens.log_forward_pass(model, b.x, layers_to_save=None)
     t = interleaved(variants, b.reps)
-    rows = [Row(name, "forward in gv.capture", "plain forward", t["capture"], t["plain"], "<= 1.05")]
+    rows = [t.row(name, "forward in gv.capture", "plain forward", "capture", "plain", "<= 1.05")]
     if fixed is not None:
         with capture(model) as cap:
             b.loss()
@@ -141,10 +141,10 @@ def capture_rows(b: Bench, fixed: tuple[float, float] | None) -> list[Row]:
         calls = len(cap.calls)
         rows.append(Row(name, f"forward in gv.capture, predicted ({calls} calls, {counter.n} ops x fixed costs)",
                         "plain forward", t["plain"] + calls * fixed[0] + counter.n * fixed[1], t["plain"], "<= 1.05"))
-    rows.append(Row(name, "gv.capture + gv.trace", "plain forward", t["capture+trace"], t["plain"]))
+    rows.append(t.row(name, "gv.capture + gv.trace", "plain forward", "capture+trace", "plain"))
     for peer, label in (("torchview", "torchview draw_graph (peer)"),
                         ("torchlens", "torchlens log_forward_pass (peer)")):
-        rows.append(Row(name, label, "plain forward", t[peer], t["plain"]) if peer in t
+        rows.append(t.row(name, label, "plain forward", peer, "plain") if peer in t
                     else Row(name, label, "plain forward", skipped=f"{peer} not installed"))
     return rows
 
@@ -163,12 +163,12 @@ def backward_row(b: Bench) -> list[Row]:
                      "armed": lambda: record_backward(loss, model=model, until="nonfinite"),
                      "trace": lambda: trace(loss, model=model), "statistics": statistics}, b.reps, before=b.zero)
     n = sum(g.numel() for g in grads)
-    return [Row(b.m.name, "gv.record_backward", "loss.backward()", t["record"], t["backward"], "<= 1.5"),
-            Row(b.m.name, 'record_backward(until="nonfinite"), nothing fires', "loss.backward()", t["armed"],
-                t["backward"], "<= 1.2"),
-            Row(b.m.name, "part of record_backward: gv.trace alone", "loss.backward()", t["trace"], t["backward"]),
-            Row(b.m.name, f"part of record_backward: norm, sum, min and max of its {len(grads)} gradients "
-                f"({n / 1e6:.1f}M elements)", "loss.backward()", t["statistics"], t["backward"])]
+    return [t.row(b.m.name, "gv.record_backward", "loss.backward()", "record", "backward", "<= 1.5"),
+            t.row(b.m.name, 'record_backward(until="nonfinite"), nothing fires', "loss.backward()", "armed",
+                  "backward", "<= 1.2"),
+            t.row(b.m.name, "part of record_backward: gv.trace alone", "loss.backward()", "trace", "backward"),
+            t.row(b.m.name, f"part of record_backward: norm, sum, min and max of its {len(grads)} gradients "
+                  f"({n / 1e6:.1f}M elements)", "loss.backward()", "statistics", "backward")]
 
 
 def _gradients(loss: torch.Tensor) -> list[torch.Tensor]:
@@ -206,10 +206,10 @@ def nonfinite_rows(b: Bench) -> list[Row]:
 
     t = interleaved({"plain": step, "find": lambda: find_nonfinite(step, model=b.model), "anomaly": anomaly,
                      "mode": idle_mode}, b.reps, before=b.zero)
-    return [Row(b.m.name, "gv.find_nonfinite", "forward + backward", t["find"], t["plain"], "<= 1.5"),
-            Row(b.m.name, "detect_anomaly() (peer)", "forward + backward", t["anomaly"], t["plain"]),
-            Row(b.m.name, "part of gv.find_nonfinite: a TorchDispatchMode that does nothing", "forward + backward",
-                t["mode"], t["plain"])]
+    return [t.row(b.m.name, "gv.find_nonfinite", "forward + backward", "find", "plain", "<= 1.5"),
+            t.row(b.m.name, "detect_anomaly() (peer)", "forward + backward", "anomaly", "plain"),
+            t.row(b.m.name, "part of gv.find_nonfinite: a TorchDispatchMode that does nothing", "forward + backward",
+                  "mode", "plain")]
 
 
 class _IdleMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -241,8 +241,7 @@ def monitor_row(b: Bench, reps: int) -> list[Row]:
         t = interleaved({"plain": lambda: steps(None), "monitor": lambda: steps(monitor)}, reps)
     finally:
         monitor.close()
-    return [Row(b.m.name, "10 steps with GradientMonitor(every=10)", "10 plain steps", t["monitor"], t["plain"],
-                "<= 1.05")]
+    return [t.row(b.m.name, "10 steps with GradientMonitor(every=10)", "10 plain steps", "monitor", "plain", "<= 1.05")]
 
 
 def fixed_costs(reps: int, n: int = 2000) -> tuple[float, float]:

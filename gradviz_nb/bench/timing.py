@@ -1,10 +1,16 @@
-"""Timing for the overhead table: interleaved rounds, minimum process CPU time (see :mod:`gradviz_nb.bench`)."""
+"""Timing for the overhead table: interleaved rounds of process CPU time (see :mod:`gradviz_nb.bench`).
+
+A ratio is the median over rounds of feature / plain, both timed in the same round: this machine's
+speed drifts over seconds (another VM on the host), and the ratio of two minima taken at different
+moments swung 0.99-1.18 over four consecutive blocks of 31 rounds of ``gv.trace`` against ``make_dot``
+in one process, where the median of the paired ratios stayed at 0.94-0.98. Times shown are minima."""
 
 from __future__ import annotations
 
 import gc
 import importlib.util
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,10 +28,32 @@ class Row:
     goal: str = ""
     skipped: str = ""
     peers: list[str] = field(default_factory=list)
+    paired: float = math.nan  # the median of per-round ratios, when both were timed in the same rounds
 
     @property
     def ratio(self) -> float:
-        return self.t_feature / self.t_plain
+        return self.paired if not math.isnan(self.paired) else self.t_feature / self.t_plain
+
+
+@dataclass
+class Timings:
+    """Every round's time of each variant (``t["x"]``: the minimum)."""
+
+    runs: dict[str, list[float]]
+
+    def __getitem__(self, key: str) -> float:
+        return min(self.runs[key])
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.runs
+
+    def ratio(self, feature: str, plain: str) -> float:
+        """The median over rounds of ``feature / plain`` (both timed in the same round)."""
+        pairs = [f / p for f, p in zip(self.runs[feature], self.runs[plain], strict=True) if p > 0]
+        return statistics.median(pairs) if pairs else math.nan
+
+    def row(self, model: str, feature: str, plain: str, key: str, plain_key: str, goal: str = "") -> Row:
+        return Row(model, feature, plain, self[key], self[plain_key], goal, paired=self.ratio(key, plain_key))
 
 
 def _once(fn: Callable[[], object], before: Callable[[], object] | None) -> float:
@@ -42,18 +70,18 @@ def _once(fn: Callable[[], object], before: Callable[[], object] | None) -> floa
 
 
 def interleaved(variants: dict[str, Callable[[], object]], reps: int,
-                before: Callable[[], object] | None = None) -> dict[str, float]:
-    """Minimum process CPU time of each variant over ``reps`` rounds; each round runs every variant once, the
+                before: Callable[[], object] | None = None) -> Timings:
+    """Process CPU time of each variant in each of ``reps`` rounds; each round runs every variant once, the
     order rotating from round to round. One warm-up round first (not timed). ``before`` runs untimed
     before every call (e.g. clearing ``.grad``)."""
     keys = list(variants)
     for k in keys:
         _once(variants[k], before)
-    best = dict.fromkeys(keys, math.inf)
+    runs: dict[str, list[float]] = {k: [] for k in keys}
     for r in range(reps):
         for k in keys[r % len(keys):] + keys[: r % len(keys)]:
-            best[k] = min(best[k], _once(variants[k], before))
-    return best
+            runs[k].append(_once(variants[k], before))
+    return Timings(runs)
 
 
 def available(module: str) -> bool:
