@@ -11,7 +11,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradviz_nb.bench.timing import Row, available, interleaved
 from gradviz_nb.demo_models import GPT2, GPT2Config
@@ -19,6 +18,7 @@ from gradviz_nb.probes.backward import record_backward
 from gradviz_nb.probes.backward_stats import _reductions
 from gradviz_nb.probes.monitor import GradientMonitor
 from gradviz_nb.probes.nonfinite import find_nonfinite
+from gradviz_nb.probes.nonfinite_watch import BareDispatchMode
 from gradviz_nb.tracing import capture, trace
 from gradviz_nb.tracing.walk import reachable
 
@@ -212,13 +212,8 @@ def nonfinite_rows(b: Bench) -> list[Row]:
                   "mode", "plain")]
 
 
-class _IdleMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Sees every op of forward and backward (as find_nonfinite's watch does) and only runs it; like the
-    watch, without torch's per-call dynamo-disable wrapper."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False
+class _IdleMode(BareDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees every op of forward and backward, as find_nonfinite's watch does, and only runs it."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         return func(*args, **(kwargs or {}))

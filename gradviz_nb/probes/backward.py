@@ -78,8 +78,7 @@ class BackwardRecording:
 
     def __init__(self, graph: AutogradGraph | Callable[[], AutogradGraph]) -> None:
         # A quiet armed pass keeps how to trace its graph instead of the graph (traced when first asked).
-        self._graph: AutogradGraph | None = graph if isinstance(graph, AutogradGraph) else None
-        self._later: Callable[[], AutogradGraph] | None = None if isinstance(graph, AutogradGraph) else graph
+        self._graph = graph
         self.steps: list[Step] = []
         self.passes = 0
         self._leaf_grads: list[dict[str, torch.Tensor]] = []
@@ -93,9 +92,8 @@ class BackwardRecording:
 
     @property
     def graph(self) -> AutogradGraph:
-        if self._graph is None:
-            assert self._later is not None
-            self._graph, self._later = self._later(), None
+        if not isinstance(self._graph, AutogradGraph):
+            self._graph = self._graph()
         return self._graph
 
     def leaf_grad(self, name: str, pass_index: int = -1) -> torch.Tensor:

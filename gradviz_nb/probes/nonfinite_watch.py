@@ -133,8 +133,9 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], pos: int, name: str) -> 
 # -- the watcher ----------------------------------------------------------------------------------------------
 
 
-class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Checks every op's floating outputs and keeps the provenance of non-finite tensors."""
+class BareDispatchMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """A dispatch mode without the wrapper torch puts around ``__torch_dispatch__`` (the watch's base, and
+    the benchmark's do-nothing mode that measures what watching every op costs)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -142,6 +143,10 @@ class _Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
         # 28 us a do-nothing mode adds per op (a 12-block GPT's step runs 1,239 ops). The wrapper is not
         # needed here: Dynamo skips every frame while a dispatch mode is on the stack (convert_frame).
         return False
+
+
+class _Watch(BareDispatchMode):
+    """Checks every op's floating outputs and keeps the provenance of non-finite tensors."""
 
     def __init__(self, model: nn.Module | None, before_write: Callable[[torch.Tensor], None] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]

@@ -101,11 +101,7 @@ def test_reopened_saved_notebook_draws_every_graph(
     t0 = time.monotonic()
     nb = LabNotebook(server, page, name).open()
 
-    def all_drawn() -> list[Any] | None:
-        drawn: list[Any] = page.evaluate(DRAWN_JS)
-        return drawn if len(drawn) == N_CANVASES and all(d and d[0] > 0 for d in drawn) else None
-
-    drawn = nb.poll(all_drawn, 90.0, f"{N_CANVASES} canvases drawn from the saved state")
+    drawn = nb.poll(lambda: _all_drawn(page, N_CANVASES), 90.0, f"{N_CANVASES} canvases drawn from the saved state")
     seconds = time.monotonic() - t0
     print(f"\n{server.frontend}: {N_CANVASES} canvases drawn {seconds:.1f} s after opening; [ops, items] each: {drawn}")
     # The open view shows the MLP's leaves and ops; the closed one only its two boxes and the ops between.
@@ -127,9 +123,10 @@ WIDGET_MANAGER = "/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin"
 GRAPH_CELLS = CELLS[:4]  # the four GraphWidgets (the Dashboard adds BokehJS, not ours)
 
 
-def _four_drawn(page: Page) -> list[Any] | None:
+def _all_drawn(page: Page, n: int) -> list[Any] | None:
+    """[nodes, items] of each of the `n` canvases once every one has drawn nodes, else None."""
     drawn: list[Any] = page.evaluate(DRAWN_JS)
-    return drawn if len(drawn) == 4 and all(d and d[0] > 0 for d in drawn) else None
+    return drawn if len(drawn) == n and all(d and d[0] > 0 for d in drawn) else None
 
 
 def _save_state(server: JupyterLabServer, on: bool) -> None:
@@ -153,7 +150,7 @@ def test_a_notebook_jupyterlab_saves_with_widget_state_is_small_and_draws_again(
         nb = LabNotebook(server, page, name).open()
         for i in range(len(GRAPH_CELLS)):
             nb.run_cell(i)
-        nb.poll(lambda: _four_drawn(page), 90.0, "4 canvases drawn")
+        nb.poll(lambda: _all_drawn(page, 4), 90.0, "4 canvases drawn")
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
         path = server.root / name
 
@@ -175,7 +172,7 @@ def test_a_notebook_jupyterlab_saves_with_widget_state_is_small_and_draws_again(
 
     server.shutdown_sessions()  # the kernel that made the widgets is gone: every model comes from the file
     nb = LabNotebook(server, page, name).open()
-    drawn = nb.poll(lambda: _four_drawn(page), 90.0, "4 canvases drawn from the state JupyterLab saved")
+    drawn = nb.poll(lambda: _all_drawn(page, 4), 90.0, "4 canvases drawn from the state JupyterLab saved")
     assert drawn[0][0] > drawn[1][0]  # the open view and the closed one, as they were
     assert page.evaluate(RUNTIMES_JS) == 1
     page.screenshot(path=str(screenshot_dir / "saved_by_lab_reopened.png"))

@@ -51,9 +51,8 @@ export class BigView {
   private busy = false;
   private readonly lookup: Lookup;
   private readonly colours: DecorationColours;
-  /** The paint classes the overview's decorations were made from (GraphView.paint's map). */
+  /** The paint classes the overview's decorations are made from (GraphView.paint's map). */
   private decorations: ReadonlyMap<string, string> = new Map();
-  private decorated: ReadonlyMap<string, string> | null = null;
   private readonly onViewport = (): void => this.moved();
   private readonly onResize = (): void => this.moved();
   // The selected node stays mounted and outlined however far the view moves.
@@ -187,8 +186,7 @@ export class BigView {
       decoEdge: new Int16Array(m).fill(-1),
       palette: [],
     };
-    this.decorated = null;
-    this.decorate(this.decorations);
+    this.redecorate();
     this.stats.mountedNodes = 0;
     this.stats.mountedEdges = 0;
     this.busy = true;
@@ -205,17 +203,20 @@ export class BigView {
   setTheme(theme: Theme, sheet: StylesheetJson): void {
     this.theme = theme;
     this.colours.setSheet(sheet);
-    this.decorated = null;
-    this.decorate(this.decorations);
-    this.requestDraw();
+    this.redecorate();
   }
 
   /** A feature's classes per element key (GraphView.paint): what the overview draws in their colours,
    *  so a decoration reads zoomed out as it does mounted (lost leaves, diff changes, heat, NaN). */
   decorate(classes: ReadonlyMap<string, string>): void {
+    if (classes === this.decorations) return; // a repaint after a mount passes the same map
     this.decorations = classes;
-    if (classes === this.decorated) return;
-    this.decorated = classes;
+    this.redecorate();
+  }
+
+  /** Each element's decoration index, from the paint classes, the loaded elements and the stylesheet. */
+  private redecorate(): void {
+    const classes = this.decorations;
     const { decoNode, decoEdge } = this.scene;
     decoNode.fill(-1);
     decoEdge.fill(-1);
@@ -230,7 +231,7 @@ export class BigView {
       const i = this.nodeAt.get(key);
       if (i !== undefined) {
         const d = this.nodeDefs[i];
-        const own = typeof d.classes === "string" ? d.classes : "";
+        const own = ownClasses(d);
         const kind = String(d.data.kind);
         const p = this.colours.node(kind, `${own} ${extra}`.trim());
         if (!samePaint(p, this.colours.node(kind, own))) decoNode[i] = index(p);
@@ -238,7 +239,7 @@ export class BigView {
       }
       const k = this.edgeAt.get(key);
       if (k === undefined) return;
-      const own = typeof this.edgeDefs[k].classes === "string" ? String(this.edgeDefs[k].classes) : "";
+      const own = ownClasses(this.edgeDefs[k]);
       const p = this.colours.edge(`${own} ${extra}`.trim());
       if (!samePaint(p, this.colours.edge(own))) decoEdge[k] = index(p);
     });
@@ -388,7 +389,7 @@ export class BigView {
       // Copies: Cytoscape keeps the objects it is given and paint() changes their data. An open box gets
       // no fill of its own: the overview draws it, under the members it has not mounted yet.
       const open = this.scene.style[i] === STYLE.open;
-      const classes = open ? `${typeof d.classes === "string" ? d.classes : ""} ${BIG_OPEN}`.trim() : d.classes;
+      const classes = open ? `${ownClasses(d)} ${BIG_OPEN}`.trim() : d.classes;
       defs.push({ group: "nodes", data: { ...d.data }, position: { ...d.position! }, classes });
     }
     for (const i of nodes) {
@@ -473,4 +474,9 @@ export class BigView {
     delete (this.cy as unknown as Record<string, unknown>).$id;
     this.canvas.remove();
   }
+}
+
+/** The classes an element definition brings (toElements gives a string or none). */
+function ownClasses(d: ElementDefinition): string {
+  return typeof d.classes === "string" ? d.classes : "";
 }
