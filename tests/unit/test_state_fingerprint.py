@@ -395,6 +395,11 @@ def _record_backward(h: Host, f: Fault, loss: torch.Tensor, _: Path) -> None:
     gv.record_backward(loss, model=h.model)
 
 
+def _record_armed(h: Host, f: Fault, loss: torch.Tensor, _: Path) -> None:
+    rec = gv.record_backward(loss, model=h.model, until="nonfinite")  # a real backward, .grad put back
+    assert rec.graph.nx.number_of_nodes() > 0  # a quiet pass traces its graph here, when asked
+
+
 def _doctor(h: Host, f: Fault, _: Any, __: Path) -> None:
     with f.armed():
         gv.doctor(h.step, h.model, h.opt)
@@ -562,6 +567,7 @@ ENTRIES: dict[str, Entry] = {
     "what_if": Entry(_what_if, ("AutogradGraph",), _with_graph),
     "verify": Entry(_verify, (), user_code=True),
     "record_backward": Entry(_record_backward, ("record_backward",), _with_loss),
+    "record_backward(until='nonfinite')": Entry(_record_armed, (), _with_loss),
     "doctor": Entry(_doctor, ("doctor",), user_code=True),
     "why": Entry(_why, ("why",), _one_frozen, user_code=True),
     "gradient_flow": Entry(_flow, ("gradient_flow",)),
