@@ -14,11 +14,9 @@ from torch.overrides import TorchFunctionMode
 
 from gradviz_nb.bench.timing import Row, available, interleaved
 from gradviz_nb.demo_models import GPT2, GPT2Config
-from gradviz_nb.probes.backward import record_backward
-from gradviz_nb.probes.backward_stats import _reductions
+from gradviz_nb.probes.backward import record_backward, reductions
 from gradviz_nb.probes.monitor import GradientMonitor
-from gradviz_nb.probes.nonfinite import find_nonfinite
-from gradviz_nb.probes.nonfinite_watch import BareDispatchMode
+from gradviz_nb.probes.nonfinite import BareDispatchMode, find_nonfinite
 from gradviz_nb.tracing import capture, trace
 from gradviz_nb.tracing.walk import reachable
 
@@ -156,7 +154,7 @@ def backward_row(b: Bench) -> list[Row]:
     grads = _gradients(loss)
 
     def statistics() -> None:
-        torch.stack([s for g in grads for s in _reductions(g)]).tolist()
+        torch.stack([s for g in grads for s in reductions(g)]).tolist()
 
     t = interleaved({"backward": lambda: loss.backward(retain_graph=True),  # type: ignore[no-untyped-call]
                      "record": lambda: record_backward(loss, model=model),

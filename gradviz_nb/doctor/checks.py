@@ -25,11 +25,11 @@ from gradviz_nb.doctor.checks_steps import (
     check_zero_grad_before_step,
 )
 from gradviz_nb.doctor.findings import Finding
+from gradviz_nb.doctor.nodes import call_node, cut_node, leaf_node
 from gradviz_nb.doctor.observe import Sightings, StepRecord
 from gradviz_nb.doctor.registration import Unregistered, unregistered
 from gradviz_nb.kinds import fix_for
-from gradviz_nb.probes.flow import Flag
-from gradviz_nb.probes.optimizer_check import optimizer_roles
+from gradviz_nb.probes.flow import Flag, optimizer_roles
 from gradviz_nb.tracing.ghosts import InplaceWrite
 
 __all__ = ["CHECKS", "Check", "Observed", "findings_from_flow", "inplace_finding", "mode_findings",
@@ -66,25 +66,6 @@ class Observed:
 Check = Callable[[Observed], list[Finding]]
 
 
-def _leaf_node(rec: StepRecord, names: Iterable[str]) -> str:
-    leaves = rec.graph.leaves() if rec.graph is not None else {}
-    return next((leaves[n] for n in names if n in leaves), "")
-
-
-def _cut_node(rec: StepRecord, names: Iterable[str]) -> str:
-    """The op where a recorded detach()/.data of these parameters entered the graph (the cut's place)."""
-    ghosts = rec.graph.nx.graph.get("ghosts", []) if rec.graph is not None else []
-    hit = next((gh for gh in ghosts if gh["targets"] and set(names) & set(gh.get("cut", ()))), None)
-    return str(hit["targets"][0]) if hit is not None else ""
-
-
-def _call_node(rec: StepRecord, path: str) -> str:
-    if rec.graph is None:
-        return ""
-    call = next((c for c in rec.graph.calls if c["path"] == path), None)
-    return f"call:{call['id']}" if call is not None else ""
-
-
 def _no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
     """A parameter without gradient, explained by gv.why from the step's graph and capture (a recorded cut, a
     value leaving the graph, no_grad, a reentrant checkpoint, ...), else ``unused-parameter`` (what DDP's
@@ -110,7 +91,7 @@ def findings_from_flow(rec: StepRecord) -> list[Finding]:
             finding = Finding(f.kind, f.target, f.reason.split(": ", 1)[0], f.reason,
                               fix_for(f.kind), rec.index)
         names = f.params or (f.target,)
-        node = finding.node or _leaf_node(rec, names) or _cut_node(rec, names) or _call_node(rec, f.target)
+        node = finding.node or leaf_node(rec, names) or cut_node(rec, names) or call_node(rec, f.target)
         out.append(Finding(finding.kind, finding.target, finding.message, finding.evidence, finding.fix,
                            finding.step, node))
     return out
@@ -130,7 +111,7 @@ def optimizer_findings(records: list[StepRecord], model: nn.Module, optimizer: t
     last = records[-1] if records else None
 
     def node(name: str) -> str:
-        return _leaf_node(last, [name]) if last is not None else ""
+        return leaf_node(last, [name]) if last is not None else ""
 
     out: list[Finding] = []
     if optimizer is None:
@@ -238,7 +219,7 @@ def spike_findings(records: list[StepRecord]) -> list[Finding]:
                                        f"at step {rec.index}", f"norm {m.norm:.3g} at step {rec.index} against a "
                                        f"median of {median:.3g} over steps 1-{rec.index - 1}",
                                        "look at that step's batch (outliers, bad labels); clip gradients "
-                                       "(torch.nn.utils.clip_grad_norm_)", rec.index, _call_node(rec, m.path)))
+                                       "(torch.nn.utils.clip_grad_norm_)", rec.index, call_node(rec, m.path)))
             earlier.append(m.norm)
     return out
 

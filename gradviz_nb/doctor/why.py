@@ -2,7 +2,7 @@
 
 It reads what was measured (the parameter's ``.grad``), the traced graph and the capture's forward record
 (:mod:`gradviz_nb.tracing.evidence`), and walks from the parameter towards the loss; the first cause found
-is named with its op, source line, module and measured numbers (:mod:`gradviz_nb.probes.causes`).
+is named with its op, source line, module and measured numbers (:mod:`gradviz_nb.probes.causes.walk`).
 ``Why.prove()`` re-runs the forward and backward with the fix applied, in the sandbox
 (:mod:`gradviz_nb.doctor.why_prove`).
 
@@ -23,8 +23,7 @@ from torch import nn
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import Kind
-from gradviz_nb.probes.causes import Cause, events_from_ghosts, explain, grad_status
-from gradviz_nb.probes.no_grad import adapter_switch_reasons
+from gradviz_nb.probes.causes import Cause, adapter_switch_reasons, events_from_ghosts, explain, grad_status
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
 from gradviz_nb.tracing.capture import recent_evidence
@@ -117,10 +116,10 @@ def _param(graph: AutogradGraph | None, model: nn.Module | None, name: str) -> t
 
 
 def _unused(model: nn.Module | None, name: str, cap: Capture | None) -> str:
-    from gradviz_nb.probes.no_grad import _module_seen
+    from gradviz_nb.probes.causes import module_seen
 
     module = name.rsplit(".", 1)[0] if "." in name else ""
-    return _module_seen(module, cap) if model is not None else ""
+    return module_seen(module, cap) if model is not None else ""
 
 
 def analyse(name: str, *, graph: AutogradGraph | None, model: nn.Module | None, cap: Capture | None,

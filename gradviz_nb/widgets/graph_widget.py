@@ -14,10 +14,8 @@ from torch import nn
 from gradviz_nb.analysis.checkpointing import CheckpointPlan, checkpoint_what_if
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.backward import BackwardRecording
-from gradviz_nb.probes.breakpoints import Stop
-from gradviz_nb.probes.checkpoint_rerun import verify_checkpoint
-from gradviz_nb.probes.rerun import Rerunnable
+from gradviz_nb.probes.backward import BackwardRecording, Stop
+from gradviz_nb.probes.rerun import Rerunnable, verify_checkpoint
 from gradviz_nb.tracing import Capture
 from gradviz_nb.validate import function, model_or_none, tensor_mapping
 from gradviz_nb.widgets.page.contract import Empty, PageReply, Traits

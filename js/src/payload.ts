@@ -423,7 +423,7 @@ export interface CheckpointTable {
   inputs: CheckpointInput[];
 }
 
-/** A checkpointed re-run against the prediction (gradviz_nb/probes/checkpoint_rerun.py). */
+/** A checkpointed re-run against the prediction (gradviz_nb/probes/rerun/checkpoint.py). */
 export interface CheckpointVerification {
   marks: Record<string, CheckpointMode>;
   predicted_bytes: number;

@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import GPT2, GPT2Config, gpt2_loss
-from gradviz_nb.probes.grad_scale import live_scaler
+from gradviz_nb.probes.flow import live_scaler
 
 LOW = [torch.bfloat16, torch.float16]
 

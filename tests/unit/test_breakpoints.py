@@ -1,4 +1,4 @@
-"""Breakpoints on a backward recording (gradviz_nb/probes/breakpoints.py), against PyTorch's own truth.
+"""Breakpoints on a backward recording (gradviz_nb/probes/backward/breakpoints.py), against PyTorch's own truth.
 
 The truth comes from tensor hooks registered in the forward pass (``t.register_hook``): the gradient each
 intermediate tensor really received, in the order the engine produced them; never from the recording.
@@ -21,7 +21,7 @@ from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.breakpoints import Stop
+from gradviz_nb.probes.backward import Stop
 from gradviz_nb.widgets.page import graph as graph_payload
 from gradviz_nb.widgets.page.convert import recording as recording_payload
 from gradviz_nb.widgets.page.finite_json import finite_json

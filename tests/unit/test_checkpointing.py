@@ -1,6 +1,6 @@
 """Checkpointing what-if (gradviz_nb/analysis/checkpointing.py) against PyTorch: a graph traced without
 checkpointing predicts saved bytes, recomputed ops and lost gradients; a re-run with the marked calls really
-checkpointed (probes/checkpoint_rerun.py) measures them (saved-tensor hooks, .grad, a trace of that run)."""
+checkpointed (probes/rerun/checkpoint.py) measures them (saved-tensor hooks, .grad, a trace of that run)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import gradviz_nb as gv
 from gradviz_nb.analysis.checkpointing import checkpoint_what_if
 from gradviz_nb.demo_models import GPT2, GPT2Config, add_lora, gpt2_loss
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.checkpoint_rerun import verify_checkpoint
-from gradviz_nb.probes.rerun import Rerunnable
+from gradviz_nb.probes.rerun import Rerunnable, verify_checkpoint
 
 
 def _gpt2(n_layer: int = 4) -> tuple[torch.nn.Module, Callable[[], torch.Tensor]]:

@@ -7,6 +7,7 @@ also run on a small throwaway package with a known violation, so a check that ca
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -112,3 +113,44 @@ def test_cycle_check_finds_a_cycle_and_honours_declared_exceptions(tmp_path: Pat
         sys.path.remove(str(tmp_path))
         for name in [m for m in sys.modules if m == "toypkg" or m.startswith("toypkg.")]:
             del sys.modules[name]
+
+
+PROBES = ROOT / "gradviz_nb" / "probes"
+
+
+def family_of(path: Path, probes: Path) -> str | None:
+    """The probe family a file belongs to (``backward`` for ``probes/backward/stats.py``), else None."""
+    try:
+        parts = path.relative_to(probes).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def private_imports_across_families(package: Path) -> list[str]:
+    """``from gradviz_nb.probes.<family>... import _name`` written outside that family, anywhere in the package."""
+    probes = package / "probes"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        mine = family_of(path, probes)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("gradviz_nb.probes."):
+                continue
+            family = node.module.split(".")[2]
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            if family != mine and private:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno} imports {private} from {node.module}")
+    return found
+
+
+def test_no_private_name_crosses_a_probe_family() -> None:
+    assert private_imports_across_families(ROOT / "gradviz_nb") == []
+
+
+def test_the_private_name_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "gradviz_nb"
+    (pkg / "probes" / "flow").mkdir(parents=True)
+    (pkg / "probes" / "flow" / "stats.py").write_text("from gradviz_nb.probes.flow.checks import _ok\n")
+    (pkg / "doctor.py").write_text("from gradviz_nb.probes.flow.stats import _secret, public\n")
+    assert private_imports_across_families(pkg) == [
+        "gradviz_nb/doctor.py:1 imports ['_secret'] from gradviz_nb.probes.flow.stats"]

@@ -23,7 +23,7 @@ from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.bugzoo.cases_nonfinite import LogFeatures, LogNet  # the zoo's model: ReLU zeros reach a log
-from gradviz_nb.probes.nonfinite import _finite, _watched_run
+from gradviz_nb.probes.nonfinite.find import _finite, _watched_run
 
 
 def _line_of(obj: Any, text: str) -> str:

@@ -327,7 +327,7 @@ class CheckpointTable(TypedDict):
 
 
 class CheckpointVerification(TypedDict):
-    """A checkpointed re-run against the prediction (``gradviz_nb/probes/checkpoint_rerun.py``)."""
+    """A checkpointed re-run against the prediction (``gradviz_nb/probes/rerun/checkpoint.py``)."""
 
     marks: dict[str, CheckpointMode]
     predicted_bytes: int

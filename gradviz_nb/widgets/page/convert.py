@@ -23,8 +23,7 @@ from gradviz_nb.analysis.memory import OVERLAY_TITLE as MEMORY_TITLE
 from gradviz_nb.analysis.memory import MemoryReport
 from gradviz_nb.doctor.findings import Diagnosis
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.backward import BackwardRecording, Step, as_list
-from gradviz_nb.probes.backward_stats import SMALL, GradStats
+from gradviz_nb.probes.backward import SMALL, BackwardRecording, GradStats, Step, as_list
 from gradviz_nb.probes.flow import GradientFlow
 from gradviz_nb.probes.gradcheck import OVERLAY_TITLE as GRADCHECK_TITLE
 from gradviz_nb.probes.gradcheck import GradCheck

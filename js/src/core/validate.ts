@@ -480,7 +480,7 @@ const findings = listOf(
   "a list of findings (objects with kind, target, message, evidence, fix, step, node)",
 );
 
-// The checkpointing what-if's table and re-run (gradviz_nb/analysis/checkpointing.py, probes/checkpoint_rerun.py).
+// The checkpointing what-if's table and re-run (gradviz_nb/analysis/checkpointing.py, probes/rerun/checkpoint.py).
 const numbers = listOf(numeric, "a list of numbers");
 const checkpointTable = record<Traits["checkpoint_table"]>({
   rng_bytes: maybe(numeric),

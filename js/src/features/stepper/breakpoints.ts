@@ -1,5 +1,5 @@
 // The stepper's "Run to" rules: pure functions over the page Recording that mirror Python's
-// gradviz_nb/probes/breakpoints.py rule for rule and text for text (tests/unit/test_breakpoints.py feeds
+// gradviz_nb/probes/backward/breakpoints.py rule for rule and text for text (tests/unit/test_breakpoints.py feeds
 // the same recording to both and compares the stops). No DOM.
 import type { GraphNode, ModuleCall, RecordedGrad, RecordedStep } from "../../payload";
 

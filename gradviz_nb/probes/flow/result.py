@@ -3,8 +3,8 @@
 :func:`gradient_flow` reads ``.grad`` (or gradients you pass) and never writes to the model or its
 gradients. Per parameter and per module (any depth, aggregated over every parameter under the
 module's path) it gives the L2 norm, max-abs, mean, fraction of zeros, NaN/Inf count, whether the
-gradient is missing, and the gradient-to-weight norm ratio (:mod:`gradviz_nb.probes.flow_stats`); then
-flags what looks wrong, with reasons (:mod:`gradviz_nb.probes.flow_checks`).
+gradient is missing, and the gradient-to-weight norm ratio (:mod:`gradviz_nb.probes.flow.stats`); then
+flags what looks wrong, with reasons (:mod:`gradviz_nb.probes.flow.checks`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch import nn
 
 from gradviz_nb.analysis.layer_health import Thresholds
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.flow_checks import (
+from gradviz_nb.probes.flow.checks import (
     FLAG_KINDS,
     Flag,
     check_flags,
@@ -29,7 +29,9 @@ from gradviz_nb.probes.flow_checks import (
     moved_by_sgd,
     scale_hints,
 )
-from gradviz_nb.probes.flow_stats import (
+from gradviz_nb.probes.flow.grad_scale import pending_scale
+from gradviz_nb.probes.flow.optimizer_check import optimizer_flags
+from gradviz_nb.probes.flow.stats import (
     HIST_RANGE,
     ModuleStats,
     ParamStats,
@@ -39,8 +41,6 @@ from gradviz_nb.probes.flow_stats import (
     module_stats,
     param_stats,
 )
-from gradviz_nb.probes.grad_scale import pending_scale
-from gradviz_nb.probes.optimizer_check import optimizer_flags
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
 from gradviz_nb.validate import finite_number, function, instance, not_meta, tensor_mapping, text_list
 

@@ -3,7 +3,7 @@
 Hooks on every autograd node of the traced graph record, in the order PyTorch's engine runs them, the
 gradient each node received (its input buffer, already summed over consumers) and the gradients it
 sent to each input. Statistics are kept as small tensors during the pass and turned into numbers once
-at the end (:mod:`gradviz_nb.probes.backward_stats`); full values are kept for small gradients and for
+at the end (:mod:`gradviz_nb.probes.backward.stats`); full values are kept for small gradients and for
 leaves. By default the user's ``.grad`` are put back exactly as they were.
 """
 
@@ -21,8 +21,8 @@ from torch import nn
 
 from gradviz_nb.analysis.derivatives import SAVED_INPUT, explain
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.backward_armed import Armed, armed_check
-from gradviz_nb.probes.backward_stats import SAME_ELEMENTS, SMALL, GradStats, Pending, Tracker, resolve
+from gradviz_nb.probes.backward.armed import Armed, armed_check
+from gradviz_nb.probes.backward.stats import SAME_ELEMENTS, SMALL, GradStats, Pending, Tracker, resolve
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.ghosts import InplaceWrite
@@ -31,7 +31,7 @@ from gradviz_nb.tracing.walk import is_custom
 from gradviz_nb.validate import boolean, instance, not_meta
 
 if TYPE_CHECKING:
-    from gradviz_nb.probes.breakpoints import Stop
+    from gradviz_nb.probes.backward.breakpoints import Stop
 
 
 def as_list(t: torch.Tensor) -> list[float]:
@@ -175,7 +175,7 @@ class BackwardRecording:
             stop = rec.find("nonfinite")
             print(stop)        # born at step 813 (SqrtBackward0 in blocks.3): it received finite ...
         """
-        from gradviz_nb.probes.breakpoints import find
+        from gradviz_nb.probes.backward.breakpoints import find
 
         return find(self, rule, threshold=threshold, module=module, leaf=leaf)
 

@@ -19,8 +19,8 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.calltree import CallTree
 
 if TYPE_CHECKING:
-    from gradviz_nb.probes.backward import BackwardRecording, Step
-    from gradviz_nb.probes.backward_stats import GradStats
+    from gradviz_nb.probes.backward.recording import BackwardRecording, Step
+    from gradviz_nb.probes.backward.stats import GradStats
 
 __all__ = ["RULES", "Stop", "find"]
 

@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint, get_device_states
 from gradviz_nb.analysis.checkpointing import CheckpointPlan, checkpoint_what_if, plan, table
 from gradviz_nb.analysis.memory import format_bytes, memory_held
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.rerun import Rerunnable
+from gradviz_nb.probes.rerun.whatif import Rerunnable
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import capture, trace
 

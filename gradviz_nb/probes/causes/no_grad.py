@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from gradviz_nb.probes.causes import cut_cause, first_cut
+from gradviz_nb.probes.causes.walk import cut_cause, first_cut
 
 if TYPE_CHECKING:
     from gradviz_nb.tracing import AutogradGraph, Capture
 
-__all__ = ["adapter_switch_reasons", "no_grad_reason"]
+__all__ = ["adapter_switch_reasons", "module_seen", "no_grad_reason"]
 
 HEAD = "requires_grad but .grad is None"
 
@@ -55,7 +55,7 @@ def _cut_by(names: Sequence[str], ghosts: Iterable[dict[str, Any]]) -> str:
     return f"its path to the loss was cut by {'; '.join(dict.fromkeys(hits))} (recorded by gv.capture)"
 
 
-def _module_seen(module: str, capture: Capture | None) -> str:
+def module_seen(module: str, capture: Capture | None) -> str:
     if capture is None or not module or not capture.calls:
         return ""
     calls = [c for c in capture.calls if c.path == module]
@@ -77,7 +77,7 @@ def no_grad_reason(model: nn.Module, name: str, names: Sequence[str], module: st
     event = first_cut(capture.evidence, names) if capture is not None else None
     if event is not None:  # a value that left the graph, a comparison, no_grad, a reentrant checkpoint
         found = cut_cause("none", name, event, capture.evidence if capture is not None else [])
-        seen = _module_seen(module, capture) if event.kind == "no-grad" else ""
+        seen = module_seen(module, capture) if event.kind == "no-grad" else ""
         return f"{HEAD}: {found.cause} ({found.evidence})" + (f"; {seen}" if seen else "")
     if not any_grad:
         return (f"{HEAD}, like every parameter of the model: backward() has not run since the gradients were "
@@ -85,7 +85,7 @@ def no_grad_reason(model: nn.Module, name: str, names: Sequence[str], module: st
     if graph is not None and any(n in graph.leaves() for n in names):
         return (f"{HEAD}, yet it is in the graph of the traced loss: backward() has not run on that loss, or "
                 "this gradient was cleared after it (zero_grad(set_to_none=True))")
-    unused = _module_seen(module, capture)
+    unused = module_seen(module, capture)
     if unused:
         return f"{HEAD}: {unused}"
     if graph is None:

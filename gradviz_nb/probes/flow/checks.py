@@ -13,9 +13,9 @@ from torch import nn
 
 from gradviz_nb.analysis.layer_health import WEIGHT_FLOOR, LayerHealth, LossStep, Thresholds, check_layers
 from gradviz_nb.kinds import Kind, kinds_of
-from gradviz_nb.probes.flow_stats import ModuleStats, ParamStats, module_stats
-from gradviz_nb.probes.grad_scale import live_scaler, pending_scale
-from gradviz_nb.probes.no_grad import adapter_switch_reasons, no_grad_reason
+from gradviz_nb.probes.causes import adapter_switch_reasons, no_grad_reason
+from gradviz_nb.probes.flow.grad_scale import live_scaler, pending_scale
+from gradviz_nb.probes.flow.stats import ModuleStats, ParamStats, module_stats
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.probes.sharded import is_dtensor
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled

@@ -1,6 +1,6 @@
 """The watch behind :func:`gv.find_nonfinite`: a ``TorchDispatchMode`` that checks every op's floating
 outputs, keeps the provenance of non-finite tensors and where each reached (how and why:
-:mod:`gradviz_nb.probes.nonfinite`)."""
+:mod:`gradviz_nb.probes.nonfinite.find`)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from gradviz_nb.probes.nonfinite_found import NonFinite, Site, _Birth, classify, input_info
+from gradviz_nb.probes.nonfinite.found import NonFinite, Site, _Birth, classify, input_info
 
-_GB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the gradviz_nb package
+_GB = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the gradviz_nb package
 # Library code between an op and the user's line: torch and gradviz_nb's library layers. The bug zoo and
 # demo models count as user code (they are where a model's forward is written).
 _LIBRARY_DIRS = (os.path.dirname(torch.__file__) + os.sep, "<frozen ",

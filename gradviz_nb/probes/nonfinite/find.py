@@ -46,9 +46,9 @@ import torch
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.nonfinite_found import CAUSES, InputInfo, NonFinite, Site
-from gradviz_nb.probes.nonfinite_watch import _finite as _finite  # re-exported: tests check the cheap test itself
-from gradviz_nb.probes.nonfinite_watch import _Patched, _Watch
+from gradviz_nb.probes.nonfinite.found import CAUSES, InputInfo, NonFinite, Site
+from gradviz_nb.probes.nonfinite.watch import _finite as _finite  # re-exported: tests check the cheap test itself
+from gradviz_nb.probes.nonfinite.watch import _Patched, _Watch
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.validate import not_meta
 

@@ -1,0 +1,13 @@
+"""The non-finite family: ``gv.find_nonfinite``, where the NaN/Inf that mattered was born.
+
+- :mod:`.find`: :func:`find_nonfinite`, run in the sandbox.
+- :mod:`.watch`: the dispatch mode that checks every op, forward and backward, and its wrappers.
+- :mod:`.found`: the answer (:class:`NonFinite`, its sites and inputs) and how a birth is classified.
+
+Other families import the names below, never a module's private names.
+"""
+
+from gradviz_nb.probes.nonfinite.find import CAUSES, InputInfo, NonFinite, Site, find_nonfinite
+from gradviz_nb.probes.nonfinite.watch import BareDispatchMode
+
+__all__ = ["CAUSES", "BareDispatchMode", "InputInfo", "NonFinite", "Site", "find_nonfinite"]
