@@ -19,6 +19,8 @@ from gradviz_nb.probes.rerun import Rerunnable, verify_checkpoint
 from gradviz_nb.tracing import Capture
 from gradviz_nb.validate import function, model_or_none, tensor_mapping
 from gradviz_nb.widgets.page.contract import Empty, PageReply, Traits
+from gradviz_nb.widgets.page.convert import recording as recording_page
+from gradviz_nb.widgets.page.finite_json import finite_json
 from gradviz_nb.widgets.page.lazy import LazyGraph
 from gradviz_nb.widgets.page.messages import Body, dispatch, load_body
 from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
@@ -256,7 +258,11 @@ class GraphWidget(anywidget.AnyWidget):
     def run_to(self, rec: BackwardRecording, rule: str = "", *, threshold: float | None = None, module: str = "",
                leaf: str = "") -> Stop:
         """Move the stepper where ``rec.find(rule, ...)`` stops (the page's "Run to" menu, from Python);
-        a breakpoint that never hits leaves the cursor where it is. Returns the :class:`Stop`."""
+        a breakpoint that never hits leaves the cursor where it is. Returns the :class:`Stop`. ``rec`` must be
+        the recording this widget shows (a stop's index means nothing in another one's steps)."""
+        if not isinstance(rec, BackwardRecording) or finite_json(recording_page(rec)) != self.recording:
+            raise GradvizError("run_to(rec, ...): rec is not the recording this widget shows; give that one "
+                               "(w = gv.GraphWidget(rec); w.run_to(rec, 'nonfinite')), or show it: w.recording = rec.")
         stop = rec.find(rule, threshold=threshold, module=module, leaf=leaf)
         if stop.hit:
             self.step = stop.index

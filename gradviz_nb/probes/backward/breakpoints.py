@@ -31,13 +31,16 @@ RULES = ("nonfinite", "zero", "above", "jump", "module", "leaf")
 class Stop:
     """Where a breakpoint stopped: ``step`` (None when it never fired), the ``node`` to frame, and ``text``,
     the rule with the numbers that made it fire. ``last``: the last step of a module box or leaf.
-    ``healed``: for ``nonfinite``, later steps that received NaN/Inf and sent only finite gradients."""
+    ``healed``: for ``nonfinite``, later steps that received NaN/Inf and sent only finite gradients.
+    ``each``: for ``leaf``, every step that delivered a gradient into it, first to last (a tied or reused
+    parameter gets one per use)."""
 
     rule: str
     step: Step | None
     text: str
     last: Step | None = None
     healed: tuple[Step, ...] = field(default=(), repr=False)
+    each: tuple[Step, ...] = field(default=(), repr=False)
 
     @property
     def hit(self) -> bool:
@@ -73,8 +76,9 @@ class _Where:
     """Names a step by op, module and pass, as a reader reads them: numbered from 1 within its pass, as the
     stepper's header counts ("step 2 of 19"), not by the 0-based cursor ``stop.index``."""
 
-    def __init__(self, rec: BackwardRecording) -> None:
+    def __init__(self, rec: BackwardRecording, names: dict[str, str] | None = None) -> None:
         self.nodes = rec.graph.nx.nodes
+        self.names = names or {}  # a leaf named as the user asked (a tied weight has several names)
         self.passes = rec.passes
         self.start: dict[int, int] = {}
         for s in rec.steps:
@@ -82,7 +86,7 @@ class _Where:
 
     def __call__(self, s: Step) -> str:
         d = self.nodes[s.node]
-        name = (d.get("names") or [""])[0] if d.get("kind") == "leaf" else ""
+        name = self.names.get(s.node) or ((d.get("names") or [""])[0] if d.get("kind") == "leaf" else "")
         what = name or s.op
         call = d.get("call") or ""
         inside = f" in {call}" if call else ""
@@ -189,40 +193,84 @@ def module_span(rec: BackwardRecording, module: str) -> Stop:
 
 
 def leaf_span(rec: BackwardRecording, name: str) -> Stop:
-    """A leaf's first and last delivery: the steps where autograd accumulated into it."""
+    """Every delivery into a leaf: the steps that sent a gradient into its buffer, first to last (a tied
+    or reused parameter gets one per use; PyTorch sums them before ``AccumulateGrad`` runs once per pass)."""
     node = rec.graph.find(name)
-    if rec.graph.nx.nodes[node]["kind"] != "leaf":
+    attrs = rec.graph.nx.nodes[node]
+    if attrs["kind"] != "leaf":
         raise GradvizError(f"rec.find(leaf={name!r}): that is not a leaf of the recorded graph; give a parameter "
                            "name or a leaf's node id.")
-    where = _Where(rec)
-    steps = [s for s in rec.steps if s.node == node]
-    if not steps:
-        return Stop("leaf", None, f"never hit: no gradient was delivered to {name} in the recorded passes")
+    label = name if name != node else (attrs.get("names") or [node])[0]
+    where = _Where(rec, {node: label})
+    each = [s for s in rec.steps if any(d.target == node for d in s.deliveries)]
+    if not each:  # a leaf the engine reached without a recorded producer: its own step
+        each = [s for s in rec.steps if s.node == node]
+    if not each:
+        return Stop("leaf", None, f"never hit: no gradient was delivered to {label} in the recorded passes")
 
     def got(s: Step) -> str:
-        g = s.grad_outputs[0] if s.grad_outputs else None
-        return f"norm {g.norm:.4g}" if g is not None else "no gradient"
+        if s.node == node:
+            g = s.grad_outputs[0] if s.grad_outputs else None
+            return f"norm {g.norm:.4g}" if g is not None else "no gradient"
+        sent = [s.grad_inputs[d.input_nr] for d in s.deliveries if d.target == node and d.input_nr < len(s.grad_inputs)]
+        return f"norm {_norm(sent):.4g}" if any(g is not None for g in sent) else "no gradient"
 
-    first, last = steps[0], steps[-1]
-    text = f"{name}: first delivery at {where(first)} ({got(first)})"
+    first, last = each[0], each[-1]
+    text = f"{label}: first delivery at {where(first)} ({got(first)})"
     if last is not first:
-        text += f", last at {where(last)} ({got(last)}), {len(steps)} in all"
-    return Stop("leaf", first, text, last=last)
+        text += f", last at {where(last)} ({got(last)}), {len(each)} in all"
+    return Stop("leaf", first, text, last=last, each=tuple(each))
+
+
+def quiet(rec: BackwardRecording, rule: str) -> Stop:
+    """A quiet armed recording kept no steps: what it can say, and the call that records them."""
+    armed = rec.armed
+    assert armed is not None
+    return Stop(rule, None, f"never hit: this armed recording kept no steps (its backward of {armed.steps} steps "
+                            "had no NaN/Inf, which is all until='nonfinite' checks); record the steps with "
+                            "gv.record_backward(loss, model=model), without until=")
+
+
+def _check(rule: object, threshold: object, module: object, leaf: object) -> None:
+    """Arguments that cannot all apply are refused, naming the combinations that can."""
+    valid = ("rec.find('nonfinite'), rec.find('zero'), rec.find('jump'), rec.find('above', threshold=1e3), "
+             "rec.find(module='blocks.3') or rec.find(leaf='fc1.weight')")
+    if not isinstance(rule, str):
+        raise GradvizError(f"rec.find({rule!r}): give one rule as a string; one of {valid}.")
+    for label, value in (("module", module), ("leaf", leaf)):
+        if not isinstance(value, str):
+            raise GradvizError(f"rec.find({label}={value!r}): give a {label} name as a string, e.g. {valid}.")
+    given = [f"rule {rule!r}"] * bool(rule) + [f"module={module!r}"] * bool(module) + [f"leaf={leaf!r}"] * bool(leaf)
+    if len(given) > 1:
+        raise GradvizError(f"rec.find({', '.join(given)}): these cannot apply together; give one of {valid}.")
+    if threshold is not None and rule != "above":
+        raise GradvizError(f"rec.find({', '.join(given) or 'threshold=...'}): threshold= only applies to 'above', "
+                           f"as in rec.find('above', threshold=1e3); give one of {valid}.")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise GradvizError(f"rec.find('above', threshold={threshold!r}): give a finite number >= 0, e.g. 1e3.")
 
 
 def find(rec: BackwardRecording, rule: str = "", *, threshold: float | None = None, module: str = "",
          leaf: str = "") -> Stop:
     """``rule``: "nonfinite", "zero", "above" (with ``threshold``) or "jump"; or ``module=`` / ``leaf=``."""
+    _check(rule, threshold, module, leaf)
+    if not (module or leaf) and rule not in RULES[:4]:
+        raise GradvizError(f"rec.find({rule!r}): give one of {', '.join(repr(r) for r in RULES[:4])}, or "
+                           "module='path' / leaf='name'.")
+    if rule == "above" and threshold is None:
+        raise GradvizError("rec.find('above') needs threshold=: the gradient norm to stop above.")
+    if rule == "above":
+        assert threshold is not None
+        if not (math.isfinite(threshold) and threshold >= 0):
+            raise GradvizError(f"rec.find('above', threshold=...): give a finite number >= 0, got {threshold!r}.")
+    if rec.armed is not None and not rec.steps and rule != "nonfinite":
+        return quiet(rec, rule or ("module" if module else "leaf"))
     if module:
         return module_span(rec, module)
     if leaf:
         return leaf_span(rec, leaf)
     if rule == "above":
-        if threshold is None:
-            raise GradvizError("rec.find('above') needs threshold=: the gradient norm to stop above.")
+        assert threshold is not None
         return first_above(rec, threshold)
     rules = {"nonfinite": first_nonfinite, "zero": first_zero, "jump": largest_jump}
-    if rule not in rules:
-        raise GradvizError(f"rec.find({rule!r}): give one of {', '.join(repr(r) for r in RULES[:4])}, or "
-                           "module='path' / leaf='name'.")
     return rules[rule](rec)

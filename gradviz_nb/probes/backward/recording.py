@@ -102,6 +102,7 @@ class BackwardRecording:
         Parameters of ``model`` / ``names`` that are no leaf of the graph (inside a reentrant checkpoint)
         are answered too: their gradient is what PyTorch delivered to them during the recorded backward.
         """
+        self._pass(pass_index, "leaf_grad")
         if name in self._hidden_names and name not in self.graph.leaves():
             hidden = self._hidden_grads[pass_index]
             if name not in hidden:
@@ -180,8 +181,21 @@ class BackwardRecording:
         return find(self, rule, threshold=threshold, module=module, leaf=leaf)
 
     def pass_steps(self, pass_index: int = -1) -> list[Step]:
-        wanted = range(self.passes)[pass_index]
+        """The steps of one recorded pass (default: the last)."""
+        wanted = self._pass(pass_index, "pass_steps")
         return [s for s in self.steps if s.pass_index == wanted]
+
+    def _pass(self, pass_index: object, what: str) -> int:
+        """``pass_index`` as a pass number, or a GradvizError saying which exist (or that none was kept)."""
+        if self.passes == 0 and self.armed is not None:
+            raise GradvizError(f"{what}: this armed recording kept no steps and no gradients (its backward had "
+                               "no NaN/Inf, which is all until='nonfinite' checks); record them with "
+                               "gv.record_backward(loss, model=model), without until=.")
+        if isinstance(pass_index, bool) or not isinstance(pass_index, int) or not (
+                -self.passes <= pass_index < self.passes):
+            raise GradvizError(f"{what}(pass_index={pass_index!r}): this recording has {self.passes} pass(es); "
+                               f"give an int from 0 to {self.passes - 1} (or -1 for the last).")
+        return range(self.passes)[pass_index]
 
     def __repr__(self) -> str:
         return f"<BackwardRecording: {self.passes} pass(es), {len(self.steps)} steps over {self.graph!r}>"
@@ -224,7 +238,13 @@ def record_backward(
         if into is not None or accumulate:
             raise GradvizError("record_backward(until=...) records one pass that changes no .grad: drop into= "
                                "and accumulate=True.")
-        armed = armed_check(loss, grad, until)
+        try:
+            armed = armed_check(loss, grad, until)
+        except RuntimeError as err:
+            text = str(err)
+            if "backward through the graph a second time" in text or "already been freed" in text:
+                raise _freed("") from err
+            raise
         if not armed.hit:
             quiet = BackwardRecording(_trace_later(loss, model, capture, names))
             quiet.armed = armed
@@ -466,10 +486,7 @@ def _backward_error(
         attrs = graph.nx.nodes[node]
         where = f" in {attrs['op']} (node {node}" + (f", module {attrs['module']}" if attrs.get("module") else "") + ")"
     if "backward through the graph a second time" in text or "already been freed" in text:
-        return GradvizError(
-            f"record_backward: this loss's graph was already freed by an earlier backward(){where}: its saved "
-            "tensors are gone. Run the forward again and call gv.record_backward on the new loss before any "
-            "loss.backward() (or call backward(retain_graph=True) to keep the graph).")
+        return _freed(where)
     found = _INPLACE.search(text)
     if not found:
         return err
@@ -489,6 +506,13 @@ def _backward_error(
         f"record_backward: backward failed{where}: {culprit} modified a tensor saved for backward ({detail}). "
         "Use the out-of-place form (x = x + 1 instead of x += 1 / x.add_(1), ReLU(inplace=False), no x[i] = ... "
         "on a saved tensor) or clone() the tensor before modifying it, then run the forward again.")
+
+
+def _freed(where: str) -> GradvizError:
+    return GradvizError(
+        f"record_backward: this loss's graph was already freed by an earlier backward(){where}: its saved "
+        "tensors are gone. Run the forward again and call gv.record_backward on the new loss before any "
+        "loss.backward() (or call backward(retain_graph=True) to keep the graph).")
 
 
 @contextmanager

@@ -36,16 +36,61 @@ class GradStats:
     value: torch.Tensor | None = field(default=None, repr=False)
 
 
-def reductions(stored: torch.Tensor) -> list[torch.Tensor]:
-    """Norm, sum, max and min as 0-d tensors. Measured per call on 2 CPU cores (64x128 float32): aminmax
-    4.4 us against 8.1 for amax + amin, but 17 us on a transposed view (725 against 76 us at 768x768),
-    and autograd hands out many transposed views: aminmax only when contiguous. No stack here (5 us a
-    gradient): :func:`resolve` stacks them all at once."""
+_HALF = (torch.float16,)  # reduced in float32, which holds any float16 norm or sum exactly enough
+# Magnitudes whose squares (or sums) a dtype holds: outside them a norm in the dtype underflows to 0 or
+# overflows to inf (a float32 gradient of 1e-25 has norm 0.0, one of 1e25 norm inf), so the norm is taken
+# in float64 (float32 and bfloat16 values) or scaled by the max-abs (float64 values).
+_SAFE = {torch.float32: (2.0**-60, 2.0**60), torch.bfloat16: (2.0**-60, 2.0**60), torch.float64: (2.0**-500, 2.0**500)}
+
+
+def _extremes(stored: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if stored.is_contiguous():
         low, top = torch.aminmax(stored)
+        return top, low
+    return stored.amax(), stored.amin()
+
+
+def reductions(stored: torch.Tensor) -> list[torch.Tensor]:
+    """Norm, sum, max and min as 0-d tensors, exact for any finite magnitude in any dtype (the max and min
+    propagate NaN and Inf: finiteness is read from them, never from a sum).
+
+    float16 is reduced in float32 (never overflows past 65,504). float32 and bfloat16 are reduced in their
+    own dtype when the max-abs is inside 2**-60..2**60 (read on CPU, one float: 1 us), else the norm in
+    float64 and the sum too when it could overflow; float64 is scaled by its max-abs outside 2**-500..2**500;
+    bfloat16 is accumulated in float32.
+    On other devices nothing is read back: float64 accumulation always. Measured per call on 2 CPU cores
+    (768x768 float32): aminmax 60 us, norm 70 us, a float64 norm 1.3 ms; aminmax is 10x slower on a
+    transposed view, so only when contiguous. No stack here: :func:`resolve` stacks them all at once."""
+    top, low = _extremes(stored)
+    dtype = stored.dtype
+    if dtype in _HALF:
+        return [torch.linalg.vector_norm(stored, dtype=torch.float32), stored.sum(dtype=torch.float32), top, low]
+    safe = _SAFE.get(dtype)
+    if safe is None:  # integer and other dtypes never reach here (gradients are floating); be exact anyway
+        return [torch.linalg.vector_norm(stored.double()), stored.sum(dtype=torch.float64), top, low]
+    if stored.device.type != "cpu":
+        if dtype == torch.float64:
+            return [_scaled_norm(stored, torch.maximum(top.abs(), low.abs())), stored.sum(), top, low]
+        return [torch.linalg.vector_norm(stored, dtype=torch.float64), stored.sum(dtype=torch.float64), top, low]
+    big = max(abs(float(top)), abs(float(low)))
+    wide = torch.float32 if dtype == torch.bfloat16 else dtype  # bfloat16 results rounded to 3 digits otherwise
+    if not math.isfinite(big) or big == 0 or (safe[0] <= big and big * math.sqrt(stored.numel()) <= safe[1]):
+        norm = torch.linalg.vector_norm(stored, dtype=wide)
+    elif dtype == torch.float64:
+        norm = _scaled_norm(stored, torch.tensor(big, dtype=torch.float64))
     else:
-        top, low = stored.amax(), stored.amin()
-    return [torch.linalg.vector_norm(stored), stored.sum(), top, low]
+        norm = torch.linalg.vector_norm(stored, dtype=torch.float64)
+    overflow = math.isfinite(big) and big * stored.numel() > torch.finfo(dtype).max / 2
+    total = stored.sum(dtype=torch.float64) if overflow and dtype != torch.float64 else stored.sum(dtype=wide)
+    if overflow and dtype == torch.float64:
+        total = (stored / big).sum() * big  # float64 holds the true sum only when it is finite: inf otherwise
+    return [norm, total, top, low]
+
+
+def _scaled_norm(stored: torch.Tensor, big: torch.Tensor) -> torch.Tensor:
+    scale = torch.where((big > 0) & torch.isfinite(big), big, torch.ones_like(big))
+    norm: torch.Tensor = torch.linalg.vector_norm(stored / scale) * scale
+    return norm
 
 
 class Pending:
@@ -73,7 +118,7 @@ class Pending:
 
     def resolve(self, numbers: list[float]) -> GradStats:
         norm, total, top, bottom = numbers
-        bad = not math.isfinite(total) or norm != norm  # a NaN or Inf element makes the sum non-finite
+        bad = not (math.isfinite(top) and math.isfinite(bottom))  # max and min propagate NaN and Inf
         return GradStats(self.shape, norm, total / self.n if self.n else 0.0, max(top, -bottom), bad, self.value)
 
     def alias(self, t: torch.Tensor, keep: bool, copy: bool) -> Pending:

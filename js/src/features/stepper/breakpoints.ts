@@ -7,7 +7,8 @@ export const RUN_RULES = ["nonfinite", "zero", "above", "jump", "module", "leaf"
 export type RunRule = (typeof RUN_RULES)[number];
 
 /** Where a rule stopped: `index` (-1 when it never fired), the node to frame, the rule's text with
- *  its numbers, the last step of a module box or leaf, and the healed steps of "nonfinite". */
+ *  its numbers, the last step of a module box or leaf, the healed steps of "nonfinite", and every
+ *  step that delivered into a leaf ("leaf": one per use of a tied or reused parameter). */
 export interface RunStop {
   rule: RunRule;
   index: number;
@@ -15,6 +16,7 @@ export interface RunStop {
   text: string;
   last: number;
   healed: number[];
+  each: number[];
 }
 
 /** What the rules read: the steps, the graph's nodes and module calls, the number of passes. */
@@ -54,10 +56,10 @@ function norm(gs: (RecordedGrad | null)[]): number {
   return Math.sqrt(sq);
 }
 
-function where(src: RunSource, i: number): string {
+function where(src: RunSource, i: number, names: Map<string, string> = new Map()): string {
   const s = src.steps[i];
   const d = src.nodes.get(s.node);
-  const name = d?.kind === "leaf" ? (d.names?.[0] ?? "") : "";
+  const name = names.get(s.node) || (d?.kind === "leaf" ? (d.names?.[0] ?? "") : "");
   const inside = d?.call ? ` in ${d.call}` : "";
   const passed = src.passes > 1 ? `, pass ${(s.pass ?? 0) + 1}` : "";
   // Numbered from 1 within its pass, as the stepper's header counts ("step 2 of 19"); Python's _Where does the same.
@@ -66,13 +68,14 @@ function where(src: RunSource, i: number): string {
   return `step ${i - start + 1} (${name || s.op}${inside}${passed})`;
 }
 
-const stop = (rule: RunRule, index: number, src: RunSource, text: string, last = -1, healed: number[] = []): RunStop => ({
+const stop = (rule: RunRule, index: number, src: RunSource, text: string, last = -1, healed: number[] = [], each: number[] = []): RunStop => ({
   rule,
   index,
   node: index >= 0 ? src.steps[index].node : "",
   text,
   last,
   healed,
+  each,
 });
 
 export function firstNonfiniteStop(src: RunSource): RunStop {
@@ -162,22 +165,35 @@ export function moduleSpanStop(src: RunSource, module: string): RunStop {
   return stop("module", first, src, `${module}: ${hits.length} backward steps, first ${where(src, first)}, last ${where(src, last)}`, last);
 }
 
-/** A leaf's first and last delivery (`leaf`: its node id); `name` is how the text names it. */
+/** Every delivery into a leaf (`leaf`: its node id): the steps that sent into its buffer, first to last
+ *  (one per use of a tied or reused parameter); `name` is how the text names it. */
 export function leafSpanStop(src: RunSource, leaf: string, name = leaf): RunStop {
   if (src.nodes.get(leaf)?.kind !== "leaf") return stop("leaf", -1, src, `never hit: ${name} is not a leaf; select a parameter or input first`);
-  const hits: number[] = [];
+  let hits: number[] = [];
   src.steps.forEach((s, i) => {
-    if (s.node === leaf) hits.push(i);
+    if ((s.deliveries ?? []).some((d) => d[0] === leaf)) hits.push(i);
   });
+  if (!hits.length) {
+    hits = [];
+    src.steps.forEach((s, i) => {
+      if (s.node === leaf) hits.push(i);
+    });
+  }
   if (!hits.length) return stop("leaf", -1, src, `never hit: no gradient was delivered to ${name} in the recorded passes`);
+  const names = new Map([[leaf, name]]);
   const got = (i: number): string => {
-    const g = src.steps[i].received?.[0];
-    return g ? `norm ${g4(g.norm)}` : "no gradient";
+    const s = src.steps[i];
+    if (s.node === leaf) {
+      const g = s.received?.[0];
+      return g ? `norm ${g4(g.norm)}` : "no gradient";
+    }
+    const sent = (s.deliveries ?? []).filter((d) => d[0] === leaf && d[2] < (s.sent ?? []).length).map((d) => (s.sent ?? [])[d[2]]);
+    return sent.some((g) => g) ? `norm ${g4(norm(sent))}` : "no gradient";
   };
   const [first, last] = [hits[0], hits[hits.length - 1]];
-  let text = `${name}: first delivery at ${where(src, first)} (${got(first)})`;
-  if (last !== first) text += `, last at ${where(src, last)} (${got(last)}), ${hits.length} in all`;
-  return stop("leaf", first, src, text, last);
+  let text = `${name}: first delivery at ${where(src, first, names)} (${got(first)})`;
+  if (last !== first) text += `, last at ${where(src, last, names)} (${got(last)}), ${hits.length} in all`;
+  return stop("leaf", first, src, text, last, [], hits);
 }
 
 /** Run one rule. `target`: the selected call id ("module") or leaf id ("leaf"); `threshold` for "above". */

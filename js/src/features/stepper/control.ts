@@ -106,9 +106,9 @@ export function runToStop(m: StepperModel, rule: RunRule, calls: ModuleCall[], s
   const src = { steps: m.rix.steps, nodes: m.rix.nodes, calls, passes: m.rix.passes };
   const sel = selected.startsWith("call:") ? selected.slice(5) : selected;
   if ((rule === "module" || rule === "leaf") && !sel) {
-    m.runStop = { rule, index: -1, node: "", text: `never hit: select a ${rule === "module" ? "module box" : "leaf"} first`, last: -1, healed: [] };
+    m.runStop = { rule, index: -1, node: "", text: `never hit: select a ${rule === "module" ? "module box" : "leaf"} first`, last: -1, healed: [], each: [] };
   } else if (rule === "above" && !(Number.isFinite(threshold) && threshold >= 0)) {
-    m.runStop = { rule, index: -1, node: "", text: "never hit: give a finite threshold >= 0", last: -1, healed: [] };
+    m.runStop = { rule, index: -1, node: "", text: "never hit: give a finite threshold >= 0", last: -1, healed: [], each: [] };
   } else m.runStop = runTo(src, rule, sel, threshold);
   return m.runStop;
 }

@@ -177,7 +177,11 @@ test("Run to: the box and leaf rules read the selection, and a rule without one 
   assert.ok(box.last >= box.index);
   const leaf = mlp.graph.nodes.find((n) => n.kind === "leaf" && m.rix!.steps.some((s) => s.node === n.id))!;
   const got = runToStop(m, "leaf", mlp.graph.calls, leaf.id, 0)!;
-  assert.equal(got.index, m.rix.steps.findIndex((s) => s.node === leaf.id));
+  // its first delivery: the first step that sent a gradient into the leaf's buffer, before AccumulateGrad ran
+  const delivered = m.rix.steps.findIndex((s) => (s.deliveries ?? []).some((d) => d[0] === leaf.id));
+  assert.ok(delivered >= 0 && delivered < m.rix.steps.findIndex((s) => s.node === leaf.id));
+  assert.equal(got.index, delivered);
+  assert.deepEqual(got.each, m.rix.steps.flatMap((s, i) => ((s.deliveries ?? []).some((d) => d[0] === leaf.id) ? [i] : [])));
   m.sv = stepView(m.rix, got.index);
   assert.ok(panelFacts(m, true)!.runText.includes(got.text));
   const bad = runToStop(m, "above", mlp.graph.calls, "", NaN)!;
