@@ -345,6 +345,9 @@ export interface Recording {
   steps: RecordedStep[];
   /** Forward values of small tensors by node id (leaves, roots, ops seen by capture or saved). */
   values: Record<string, number[]>;
+  /** The loss was already NaN/Inf: where the forward pass made it, in words (Python's `rec.forward_text`);
+   *  absent when the loss was finite. Run to "nonfinite" says it. */
+  forward?: string;
 }
 
 /** How a node of the diff view compares: only in "after", only in "before", in both but different, or equal. */

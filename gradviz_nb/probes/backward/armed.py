@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward.undo import HOOK_NODE, undone, user_hooks
 from gradviz_nb.tracing.walk import reachable
 
 __all__ = ["UNTIL", "Armed", "armed_check"]
@@ -77,9 +79,9 @@ def _flags(grads: tuple[Any, ...], into: list[torch.Tensor]) -> None:
             into.append(flag)
 
 
-def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str) -> Armed:
-    """Run ``loss.backward`` (graph kept, ``.grad`` of every leaf put back as it was) with the cheap check
-    of ``until`` on every step."""
+def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str, model: nn.Module | None = None) -> Armed:
+    """Run ``loss.backward`` (graph kept, ``.grad`` of every leaf put back as it was, what the user's backward
+    hooks change undone: :mod:`.undo`) with the cheap check of ``until`` on every step."""
     if until not in UNTIL:
         raise GradvizError(f"record_backward(until={until!r}): give one of {', '.join(map(repr, UNTIL))}.")
     nodes = reachable([loss.grad_fn])
@@ -110,11 +112,13 @@ def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str) -> Ar
 
     leaves = [fn.variable for fn, _ in nodes if hasattr(fn, "variable")]
     saved = [t.grad for t in leaves]
+    hooked = user_hooks(leaves, ()) or any(HOOK_NODE in fn.name() for fn, _ in nodes)
     handles = [h for fn, _ in nodes for h in (fn.register_prehook(pre(fn)), fn.register_hook(post))]
     try:
         for t in leaves:
             t.grad = None
-        loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
+        with undone(leaves, model, hooked=hooked):
+            loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
     finally:
         for h in handles:
             h.remove()

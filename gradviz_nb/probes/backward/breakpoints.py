@@ -113,7 +113,10 @@ def first_nonfinite(rec: BackwardRecording) -> Stop:
         return Stop("nonfinite", None, f"never hit: all {len(rec.steps)} recorded steps received and sent only "
                                        "finite gradients")
     got, sent = _bad(first.grad_outputs), _bad(first.grad_inputs)
-    if not got:
+    if rec.forward_text:  # the loss was already NaN/Inf: backward only carried it
+        text = (f"made in the forward pass: {rec.forward_text}; backward first carried it at {where(first)} "
+                "(gv.find_nonfinite(fn) re-runs the step and names the source line)")
+    elif not got:
         received = _norm(first.grad_outputs)
         text = (f"born at {where(first)}: it received finite gradients (norm {received:.4g}) and sent NaN/Inf "
                 f"to input {', '.join(map(str, sent))}")

@@ -23,6 +23,8 @@ from gradviz_nb.analysis.derivatives import SAVED_INPUT, explain
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward.armed import Armed, armed_check
 from gradviz_nb.probes.backward.stats import SAME_ELEMENTS, SMALL, GradStats, Pending, Tracker, resolve
+from gradviz_nb.probes.backward.undo import undone, user_hooks
+from gradviz_nb.probes.nonfinite import NonFinite, forward_origin
 from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.ghosts import InplaceWrite
@@ -89,6 +91,20 @@ class BackwardRecording:
         self._hidden_grads: list[dict[str, torch.Tensor | None]] = []
         self._hidden_names: set[str] = set()  # every such parameter name the recording watched
         self.armed: Armed | None = None  # record_backward(until=...): what the armed pass checked
+        # The loss of a recorded pass was already NaN/Inf: where the forward pass made it (the first such pass).
+        self.forward: NonFinite | None = None
+
+    @property
+    def forward_text(self) -> str:
+        """:attr:`forward` in words, as the ``nonfinite`` stop and the page say it ("" when the loss was finite)."""
+        f = self.forward
+        if f is None:
+            return ""
+        loss = f.reached[0] if f.reached else "the loss"
+        if f.cause == "already non-finite":
+            return f"{loss}: {f.detail}"
+        return (f"{loss}: {f.kind} born at {f.op} ({f.node}) in {f.module or '(top level)'}: {f.cause}, "
+                f"{f.detail}")
 
     @property
     def graph(self) -> AutogradGraph:
@@ -239,7 +255,7 @@ def record_backward(
             raise GradvizError("record_backward(until=...) records one pass that changes no .grad: drop into= "
                                "and accumulate=True.")
         try:
-            armed = armed_check(loss, grad, until)
+            armed = armed_check(loss, grad, until, model)
         except RuntimeError as err:
             text = str(err)
             if "backward through the graph a second time" in text or "already been freed" in text:
@@ -255,11 +271,16 @@ def record_backward(
         raise GradvizError("into=: this loss's graph differs from the recording's; record it separately.")
     if rec.passes == 0:
         rec.values, rec.exponents = _forward_values(graph, nodes)
+    if rec.forward is None:
+        rec.forward = forward_origin(graph, nodes, loss)
     run = _Recorder(rec, graph, nodes, accumulate, keep_values, keep_leaf_values)
     run.hidden = _hidden_params(model, names, run.leaf_tensors.values())
+    leaves = [*run.leaf_tensors.values(), *(t for t, _ in run.hidden)]
+    hooked = user_hooks(leaves, (op for _, op in graph.nx.nodes(data="op")))  # before our own hooks go on
     handles = run.install(nodes)
     try:
-        with _grads_put_back([*run.leaf_tensors.values(), *(t for t, _ in run.hidden)], enabled=not accumulate):
+        with undone(leaves, model, hooked=hooked, keep_grads=accumulate), \
+                _grads_put_back(leaves, enabled=not accumulate):
             loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
     except RuntimeError as err:
         failing = run.failing()

@@ -270,6 +270,7 @@ class Recording(TypedDict):
     passes: int
     steps: list[RecordedStep]
     values: dict[str, list[Number]]
+    forward: NotRequired[str]
 
 
 DiffStatus = Literal["added", "removed", "changed", "same"]

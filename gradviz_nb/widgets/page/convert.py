@@ -66,7 +66,10 @@ def recorded_step(rec: BackwardRecording, s: Step) -> RecordedStep:
 
 def recording(rec: BackwardRecording) -> Recording:
     """The stepper's ``Recording`` for a :func:`gv.record_backward` result (trait ``recording``)."""
-    return {"passes": rec.passes, "steps": [recorded_step(rec, s) for s in rec.steps], "values": rec.values}
+    out: Recording = {"passes": rec.passes, "steps": [recorded_step(rec, s) for s in rec.steps], "values": rec.values}
+    if rec.forward_text:
+        out["forward"] = rec.forward_text
+    return out
 
 
 def diff(d: GraphDiff) -> GraphDiffPage:

@@ -25,6 +25,8 @@ export interface RunSource {
   nodes: Map<string, GraphNode>;
   calls: ModuleCall[];
   passes: number;
+  /** The loss was already NaN/Inf: where the forward pass made it (`Recording.forward`). */
+  forward?: string;
 }
 
 /** Python's `format(x, ".4g")`. */
@@ -90,7 +92,9 @@ export function firstNonfiniteStop(src: RunSource): RunStop {
   if (first < 0) return stop("nonfinite", -1, src, `never hit: all ${src.steps.length} recorded steps received and sent only finite gradients`);
   const f = src.steps[first];
   let text: string;
-  if (!bad(f.received ?? []).length) {
+  if (src.forward) {
+    text = `made in the forward pass: ${src.forward}; backward first carried it at ${where(src, first)} (gv.find_nonfinite(fn) re-runs the step and names the source line)`;
+  } else if (!bad(f.received ?? []).length) {
     text = `born at ${where(src, first)}: it received finite gradients (norm ${g4(norm(f.received ?? []))}) and sent NaN/Inf to input ${bad(f.sent ?? []).join(", ")}`;
   } else {
     text = `${where(src, first)} already received a NaN/Inf gradient: the loss's gradient is not finite, so the NaN/Inf was made in the forward pass (gv.find_nonfinite names the op that made it)`;

@@ -14,6 +14,7 @@ const src: RunSource = {
   nodes: new Map(input.payload.nodes.map((n) => [n.id, n] as const)),
   calls: input.payload.calls,
   passes: rec.passes,
+  forward: rec.forward,
 };
 const ms: number[] = [];
 const stops = input.queries.map(([rule, target, threshold]) => {

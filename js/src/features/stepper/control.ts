@@ -103,7 +103,7 @@ export function panelFacts(m: StepperModel, hasBoxes: boolean): StepperState | n
  *  (`selected`: a call id or a leaf's node id). */
 export function runToStop(m: StepperModel, rule: RunRule, calls: ModuleCall[], selected: string, threshold: number): RunStop | null {
   if (!m.rix) return null;
-  const src = { steps: m.rix.steps, nodes: m.rix.nodes, calls, passes: m.rix.passes };
+  const src = { steps: m.rix.steps, nodes: m.rix.nodes, calls, passes: m.rix.passes, forward: m.rix.rec.forward };
   const sel = selected.startsWith("call:") ? selected.slice(5) : selected;
   if ((rule === "module" || rule === "leaf") && !sel) {
     m.runStop = { rule, index: -1, node: "", text: `never hit: select a ${rule === "module" ? "module box" : "leaf"} first`, last: -1, healed: [], each: [] };

@@ -45,7 +45,8 @@ export function firstNonfinite(steps: RecordedStep[]): number {
 /** `{}` (or anything without steps) is no recording. */
 export function normalizeRecording(r: Partial<Recording> | null | undefined): Recording | null {
   if (!r || !Array.isArray(r.steps) || r.steps.length === 0) return null;
-  return reviveRecording({ passes: Number(r.passes) || 1, steps: r.steps, values: r.values && typeof r.values === "object" ? r.values : {} });
+  const forward = typeof r.forward === "string" && r.forward ? { forward: r.forward } : {};
+  return reviveRecording({ passes: Number(r.passes) || 1, steps: r.steps, values: r.values && typeof r.values === "object" ? r.values : {}, ...forward });
 }
 
 /** Combined norm of a node's received gradients (all outputs); nonfinite if any is. */

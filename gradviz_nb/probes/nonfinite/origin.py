@@ -1,0 +1,163 @@
+"""Where a loss that is already NaN/Inf got it in the forward pass, read from what autograd saved.
+
+:func:`gv.find_nonfinite` watches every op while ``fn`` runs. :func:`gv.record_backward` has only the loss
+and its graph: the forward already ran. This reads the tensors the graph's nodes saved for backward (no
+recompute: a checkpointed node's are skipped) and answers in :func:`find_nonfinite`'s terms (a
+:class:`NonFinite` with the same op names, causes from the same :func:`classify`, and module paths):
+
+* a node that saved a non-finite ``result`` made a non-finite output; a node that saved a non-finite input
+  (``self``, ``other``, ``mat2``, ...) received one, made by the node feeding that input;
+* the birth is a node whose output is known non-finite while every input it saved is finite, the earliest
+  in the forward (autograd sequence number); a parameter or input that already held NaN/Inf comes first
+  ("already non-finite");
+* no node saved what shows it (an op that saves nothing, e.g. ``add``): the earliest node whose output is
+  known non-finite, cause "other", and the loss's own op when nothing else is known.
+
+The forward's source line is not in the graph: :attr:`NonFinite.line` is empty, and the stop says that
+``gv.find_nonfinite`` re-runs the step to name it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from gradviz_nb.analysis.derivatives import SAVED_INPUT
+from gradviz_nb.probes.nonfinite.found import NonFinite, classify, input_info
+from gradviz_nb.tracing import AutogradGraph
+
+__all__ = ["forward_origin"]
+
+# Causes whose inputs alone make the NaN/Inf (what the op's output then held).
+_MAKES = {"log(0)": "Inf", "division by zero": "Inf", "exp overflow": "Inf", "0/0": "NaN", "log of a negative": "NaN",
+          "sqrt of a negative": "NaN"}
+
+_SLOT = {"self": 0, "input": 0, "other": 1}  # the usual saved names, for ops SAVED_INPUT does not list
+
+
+def _bad(t: Any) -> bool:
+    return (isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.layout == torch.strided
+            and not t.is_meta and t.numel() > 0 and not bool(torch.isfinite(t.detach()).all()))
+
+
+def _kind(t: torch.Tensor) -> str:
+    d = torch.view_as_real(t.detach()) if t.is_complex() else t.detach()
+    nan, inf = bool(d.isnan().any()), bool(d.isinf().any())
+    return "NaN and Inf" if nan and inf else "NaN" if nan else "Inf"
+
+
+def _base(op: str) -> str:
+    """``LogBackward0`` -> ``log``: the forward op's name, as aten names it where they agree."""
+    name = re.sub(r"Backward\d*$", "", op)
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _saved(fn: Any, name: str) -> Any:
+    try:
+        return getattr(fn, f"_saved_{name}")
+    except (RuntimeError, AttributeError):  # freed by an earlier backward, or not an attribute
+        return None
+
+
+def forward_origin(graph: AutogradGraph, nodes: Mapping[Any, str], loss: torch.Tensor) -> NonFinite | None:
+    """The forward birth of the NaN/Inf in ``loss`` (None when the loss is finite), from ``graph`` (traced
+    from ``loss``) and ``nodes`` (its autograd nodes -> node ids, as :func:`trace_with_nodes` gives them)."""
+    if not _bad(loss):
+        return None
+    attrs = graph.nx.nodes
+    out: dict[Any, torch.Tensor] = {loss.grad_fn: loss}  # node -> a non-finite output it made
+    fed_bad: set[Any] = set()  # nodes that saved a non-finite input
+    inputs: dict[Any, list[torch.Tensor]] = {}  # node -> the inputs it saved, by slot order
+    slots_of: dict[Any, set[int]] = {}  # node -> the input slots it saved
+    for fn, node_id in nodes.items():
+        a = attrs[node_id]
+        if a["kind"] == "leaf":
+            var = getattr(fn, "variable", None)
+            if isinstance(var, torch.Tensor) and _bad(var):
+                out.setdefault(fn, var)
+            continue
+        if "Checkpoint" in a["op"]:
+            continue  # unpacking would recompute the block
+        slots = SAVED_INPUT.get(a["op"], _SLOT)
+        saved_inputs: list[tuple[int, torch.Tensor]] = []
+        for s in a["saved"]:
+            if s.get("packed"):
+                continue
+            t = _saved(fn, s["name"])
+            if not isinstance(t, torch.Tensor):
+                continue
+            if s["name"] == "result":
+                if _bad(t):
+                    out.setdefault(fn, t)
+                continue
+            slot = slots.get(s["name"])
+            if slot is None:
+                continue
+            saved_inputs.append((slot, t))
+            if _bad(t):
+                fed_bad.add(fn)
+                producer = fn.next_functions[slot][0] if slot < len(fn.next_functions) else None
+                if producer is not None:
+                    out.setdefault(producer, t)
+        inputs[fn] = [t for _, t in sorted(saved_inputs, key=lambda p: p[0])]
+        slots_of[fn] = {slot for slot, _ in saved_inputs}
+    known = [fn for fn in out if fn in nodes]
+    if not known:
+        return None
+
+    def order(fn: Any) -> int:
+        return -1 if attrs[nodes[fn]]["kind"] == "leaf" else int(attrs[nodes[fn]]["seq"])
+
+    def complete(fn: Any) -> bool:  # it saved every input that needs grad: its inputs are all known
+        needed = {i for i, (nxt, _) in enumerate(fn.next_functions) if nxt is not None}
+        return bool(slots_of.get(fn)) and needed <= slots_of[fn]
+
+    # a birth: its output is non-finite, and it saved its inputs (or is a leaf) and none of them is
+    births = [fn for fn in known if fn not in fed_bad and (attrs[nodes[fn]]["kind"] == "leaf" or complete(fn))]
+    # An output known non-finite from a node that did not save every input (``h * 0.0`` saves only the 0):
+    # what fed it is looked at upstream, for an op whose saved, finite inputs alone make NaN/Inf (log(0),
+    # a division by zero, sqrt of a negative): infinities turned NaN later, as find_nonfinite's transitions.
+    inferred: dict[Any, tuple[str, str, str]] = {}
+    stack = [fn for fn in known if fn not in fed_bad and fn not in births]
+    visited: set[Any] = set()
+    while stack and len(visited) < 10_000:
+        fn = stack.pop()
+        if fn in visited or fn not in nodes:
+            continue
+        visited.add(fn)
+        values = inputs.get(fn)
+        if values and complete(fn) and not any(_bad(v) for v in values):
+            cause, detail = classify(_base(attrs[nodes[fn]]["op"]), list(values), False, True)
+            if cause in _MAKES:
+                inferred[fn] = (_MAKES[cause], cause, detail)
+            continue
+        stack.extend(nxt for nxt, _ in fn.next_functions if nxt in nodes and attrs[nodes[nxt]]["kind"] == "op")
+    if inferred:
+        fn = min([*births, *inferred], key=order)
+        if fn in inferred:
+            kind, cause, detail = inferred[fn]
+            a = attrs[nodes[fn]]
+            base = _base(a["op"])
+            return NonFinite("forward", f"aten.{base}", a.get("module") or "", "", "", a["op"], kind, cause, detail,
+                             tuple(input_info(v) for v in inputs[fn]), (f"the loss ({_kind(loss)})",))
+    fn = min(births or known, key=order)
+    a, t = attrs[nodes[fn]], out[fn]
+    kind = _kind(t)
+    module = a.get("module") or ""
+    if a["kind"] == "leaf":
+        name = (a.get("names") or [""])[0] or f"a leaf of shape {list(t.shape)}"
+        return NonFinite("forward", "(a leaf)", module, "", "", "", kind, "already non-finite",
+                         f"{name} already held {kind} before the forward pass (the data, or a parameter broken "
+                         "by an earlier step)", (input_info(t),), (f"the loss ({_kind(loss)})",))
+    base = _base(a["op"])
+    values = inputs.get(fn, [])
+    if births:
+        cause, detail = classify(base, list(values), "NaN" in kind, "Inf" in kind)
+    else:
+        cause, detail = "other", (f"{base} passed on {kind}; the op that made it saved nothing that shows it "
+                                  "(gv.find_nonfinite(fn) re-runs the step and names it)")
+    return NonFinite("forward", f"aten.{base}", module, "", "", a["op"], kind, cause, detail,
+                     tuple(input_info(v) for v in values), (f"the loss ({_kind(loss)})",))

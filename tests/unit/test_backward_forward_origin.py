@@ -1,0 +1,79 @@
+"""A loss already NaN/Inf: the stop says the forward pass made it, and names the op and module as
+``gv.find_nonfinite`` does (its watch of every op is the truth here; PyTorch's loss value says it is NaN)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import gradviz_nb as gv
+from tests.unit.test_breakpoints import page_stops, run_to_cli  # noqa: F401 (run_to_cli: a fixture)
+
+
+class Block(nn.Module):
+    def __init__(self, broken: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.broken = broken
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        if self.broken:
+            h = torch.log(h - h) * 0.0  # log(0) = -inf, then -inf * 0 = NaN
+        return torch.tanh(h)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(Block(False), Block(True), Block(False))
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(x)).sum()
+
+
+def test_a_forward_born_nan_is_named_where_find_nonfinite_names_it() -> None:
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(2, 4)
+    with gv.capture(model) as cap:
+        loss = model(x)
+    assert torch.isnan(loss)  # PyTorch: the forward made it
+    truth = gv.find_nonfinite(lambda: model(x).backward(), model=model)
+    assert truth is not None and truth.phase == "forward"
+    rec = gv.record_backward(loss, model=model, capture=cap)
+    stop = rec.find("nonfinite")
+    assert stop.hit and "made in the forward pass" in stop.text and "born at step" not in stop.text
+    assert rec.forward is not None
+    assert (rec.forward.op, rec.forward.module, rec.forward.cause, rec.forward.kind) == (
+        truth.op, truth.module, truth.cause, truth.kind)
+    assert f"{truth.op} (LogBackward0) in {truth.module}: {truth.cause}" in stop.text
+    armed = gv.record_backward(loss, model=model, capture=cap, until="nonfinite")
+    assert armed.find("nonfinite").text == stop.text
+
+
+def test_a_parameter_already_nan_is_named() -> None:
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(2, 4)
+    model.blocks[1].broken = False
+    with torch.no_grad():
+        model.blocks[2].fc.weight[0, 0] = float("nan")
+    with gv.capture(model) as cap:
+        loss = model(x)
+    rec = gv.record_backward(loss, model=model, capture=cap)
+    stop = rec.find("nonfinite")
+    assert "made in the forward pass" in stop.text and "blocks.2.fc.weight already held NaN" in stop.text
+    truth = gv.find_nonfinite(lambda: model(x).backward(), model=model)
+    assert truth is not None and truth.cause == rec.forward.cause == "already non-finite"  # type: ignore[union-attr]
+
+
+def test_the_page_says_the_same(request: pytest.FixtureRequest) -> None:
+    torch.manual_seed(0)
+    model = Net()
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(2, 4))
+    rec = gv.record_backward(loss, model=model, capture=cap)
+    got = page_stops(request.getfixturevalue("run_to_cli"), rec, [("nonfinite", "", 0.0)])["stops"][0]
+    want = rec.find("nonfinite")
+    assert (got["index"], got["text"]) == (want.index, want.text)
