@@ -11,7 +11,7 @@ Example::
 from gradviz_nb._version import __version__ as __version__
 from gradviz_nb.analysis.diff import GraphDiff, diff
 from gradviz_nb.analysis.memory import MemoryReport, memory_held
-from gradviz_nb.doctor import Diagnosis, Finding, doctor
+from gradviz_nb.doctor import Diagnosis, Finding, assert_trains, doctor
 from gradviz_nb.doctor.why import why
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.export.data import from_json, to_dot, to_graphml, to_json
@@ -37,6 +37,7 @@ __all__ = [
     "GraphWidget",
     "MemoryReport",
     "NonFinite",
+    "assert_trains",
     "capture",
     "diff",
     "doctor",

@@ -35,6 +35,7 @@ from typing import Any, Literal, TypedDict
 
 import networkx as nx
 
+from gradviz_nb import schema
 from gradviz_nb.analysis.memory import _flops, _saves_output, format_bytes
 from gradviz_nb.analysis.what_if import what_if
 from gradviz_nb.errors import GradvizError
@@ -124,6 +125,10 @@ class CheckpointPlan:
 
     def __repr__(self) -> str:
         return f"<CheckpointPlan {self.summary()}>"
+
+    def to_json(self, indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``checkpoint_plan`` type)."""
+        return schema.dumps(schema.checkpoint_plan(self), indent)
 
 
 def _itemsize(dtype: str) -> int:

@@ -7,7 +7,8 @@ The step runs for real, ``steps`` times in a row (stale gradients only show on t
 is put back (:class:`~gradviz_nb.doctor.state.TrainingState`), also when the step raises.
 """
 
+from gradviz_nb.doctor.assert_trains import assert_trains
 from gradviz_nb.doctor.findings import Diagnosis, Finding
 from gradviz_nb.doctor.run import doctor
 
-__all__ = ["Diagnosis", "Finding", "doctor"]
+__all__ = ["Diagnosis", "Finding", "assert_trains", "doctor"]

@@ -6,6 +6,7 @@ import html
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gradviz_nb import schema
 from gradviz_nb.kinds import Kind, kinds_of, rank
 
 if TYPE_CHECKING:
@@ -34,13 +35,18 @@ class Finding:
     step: int = 1
     node: str = ""
 
+    def to_json(self, indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``finding`` type)."""
+        return schema.dumps(schema.finding(self), indent)
+
 
 @dataclass
 class Diagnosis:
     """The doctor's answer: ``findings`` (worst first), ``ok`` when there are none.
 
     ``graph`` is the autograd graph of the first observed step (None when no backward ran);
-    ``steps`` how many steps were run; ``restored`` whether the model and optimizer were put back.
+    ``steps`` how many steps were run; ``restored`` whether the model and optimizer were put back;
+    ``moved`` the parameters whose value changed during the observed steps.
     """
 
     findings: list[Finding]
@@ -48,6 +54,7 @@ class Diagnosis:
     restored: bool
     graph: AutogradGraph | None = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list)
+    moved: frozenset[str] = field(default=frozenset(), repr=False)  # parameters whose value changed in a step
 
     @property
     def ok(self) -> bool:
@@ -80,6 +87,10 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "steps": self.steps, "restored": self.restored, "notes": list(self.notes),
                 "findings": [asdict(f) for f in self.findings]}
+
+    def to_json(self, indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``diagnosis`` type)."""
+        return schema.dumps(schema.diagnosis(self), indent)
 
     def __repr__(self) -> str:
         return self.summary().splitlines()[0]

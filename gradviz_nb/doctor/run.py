@@ -74,7 +74,8 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
     notes = [] if any(r.backwards for r in records) else [
         "the step ran no backward (no loss.backward()): only the model's structure was checked"]
     first = next((r for r in records if r.graph is not None), None)
-    return Diagnosis(findings, len(records), restore, first.graph if first else None, notes)
+    moved = frozenset().union(*(r.moved for r in records))
+    return Diagnosis(findings, len(records), restore, first.graph if first else None, notes, moved)
 
 
 def _sightings(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from gradviz_nb import schema
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import Kind
 from gradviz_nb.probes.causes import Cause, adapter_switch_reasons, events_from_ghosts, explain, grad_status
@@ -59,6 +60,10 @@ class Why:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "kind": self.kind, "cause": self.cause,
                 "evidence": self.evidence, "fix": self.fix, "node": self.node}
+
+    def to_json(self, indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``why`` type)."""
+        return schema.dumps(schema.why(self), indent)
 
     def text(self) -> str:
         head = f"{self.name}: gradient {self.status}" + (f" [{self.kind}]" if self.kind else "")

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from gradviz_nb import schema
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing.evidence import WATCHED, Evidence
@@ -44,6 +45,10 @@ class Proof:
     before: float | None = None
     after: float | None = None
     message: str = ""
+
+    def to_json(self, indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``proof`` type)."""
+        return schema.dumps(schema.proof(self), indent)
 
     @property
     def proven(self) -> bool:

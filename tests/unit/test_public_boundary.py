@@ -132,6 +132,18 @@ def doctor_call(**kw: Any) -> Any:
     return gv.doctor(**{"step": step, "model": m, "optimizer": opt, **kw})
 
 
+def assert_trains_call(**kw: Any) -> Any:
+    m = model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss_of(m).backward()
+        opt.step()
+
+    return gv.assert_trains(**{"step": step, "model": m, "optimizer": opt, **kw})
+
+
 def record_call(**kw: Any) -> Any:
     m = model()
     return gv.record_backward(**{"loss": loss_of(m), "model": m, **kw})
@@ -220,6 +232,8 @@ TABLE: dict[str, list[Target]] = {
         Target("gv.gradient_flow(model)", plain(gv.gradient_flow), {"model": never})],
     "doctor": [Target("gv.doctor", lambda tmp, **kw: doctor_call(**kw), {
         "step": never, "model": never, "optimizer": none, "steps": whole(1, 1000), "restore": boolean})],
+    "assert_trains": [Target("gv.assert_trains", lambda tmp, **kw: assert_trains_call(**kw), {
+        "step": never, "model": never, "optimizer": none, "steps": whole(1, 1000)})],
     "why": [Target("gv.why", lambda tmp, **kw: gv.why(**{"source": (g := graph()), "name": next(iter(g.leaves())),
                                                          **kw}), {"source": never, "name": never, "fn": none,
                                                                   "capture": none})],

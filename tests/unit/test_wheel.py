@@ -106,10 +106,12 @@ def test_wheel_carries_the_package_and_nothing_else(wheel: Path) -> None:
         names = set(zf.namelist())
         shipped_bundle = zf.read("gradviz_nb/static/widget.js")
         shipped_loader = zf.read("gradviz_nb/static/loader.js")
+        shipped_schema = zf.read("gradviz_nb/schema/verdicts.schema.json")
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert shipped_bundle == BUNDLE.read_bytes()  # the committed bundle, byte for byte
     assert shipped_loader == BUNDLE.with_name("loader.js").read_bytes()  # each widget's `_esm`
     assert "gradviz_nb/py.typed" in names
+    assert shipped_schema == (ROOT / "gradviz_nb" / "schema" / "verdicts.schema.json").read_bytes()  # the JSON Schema
     # Every module of the package is in it (a file left out by the build config would break an import).
     source = {p.relative_to(ROOT).as_posix() for p in (ROOT / "gradviz_nb").rglob("*.py")}
     assert source <= names, sorted(source - names)

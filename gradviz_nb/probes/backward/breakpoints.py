@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gradviz_nb import schema
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.calltree import CallTree
 
@@ -57,6 +58,10 @@ class Stop:
 
     def __str__(self) -> str:
         return self.text
+
+    def to_json(self, indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``stop`` type)."""
+        return schema.dumps(schema.stop(self), indent)
 
     def __repr__(self) -> str:
         where = f"cursor {self.index}" if self.hit else "never hit"

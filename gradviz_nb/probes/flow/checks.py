@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from gradviz_nb import schema
 from gradviz_nb.analysis.layer_health import WEIGHT_FLOOR, LayerHealth, LossStep, Thresholds, check_layers
 from gradviz_nb.kinds import Kind, kinds_of
 from gradviz_nb.probes.causes import adapter_switch_reasons, no_grad_reason
@@ -37,6 +38,10 @@ class Flag:
     target: str  # a parameter name, a module path or an adapter path
     reason: str
     params: tuple[str, ...] = ()  # the parameters concerned
+
+    def to_json(self, step: int | None = None, source: str = "flow", indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``flag`` type)."""
+        return schema.dumps(schema.flag(self, step, source), indent)
 
 
 def _depth_order(layers: list[ModuleStats], graph: AutogradGraph | None,

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from gradviz_nb import schema
+
 CAUSES = ("0/0", "log(0)", "log of a negative", "exp overflow", "division by zero", "sqrt of a negative",
           "overflow", "constant", "already non-finite", "other")
 
@@ -107,6 +109,10 @@ class NonFinite:
         out = asdict(self)
         out["inputs"] = [{**asdict(x), "nonfinite": x.nonfinite} for x in self.inputs]
         return out
+
+    def to_json(self, indent: int | None = None) -> str:
+        """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``nonfinite`` type)."""
+        return schema.dumps(schema.nonfinite(self), indent)
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
