@@ -36,6 +36,8 @@ SLOW_FILES = {
     "test_deep_graphs.py",  # a 100k-node chain traced and freed in a subprocess: 1-2 min on two busy cores
     "test_bench.py",  # python -m gradviz_nb.bench --quick: about 40 s on two busy cores
     "test_docs.py",  # mkdocs build --strict: 30-70 s on two busy cores
+    "test_cli.py",  # the gradviz command over example scripts in subprocesses (Trainer, Lightning, torchrun): minutes
+    "test_mcp.py",  # the MCP server process and the SDK's client, six script runs: about 3 min on two busy cores
 }
 
 

@@ -46,7 +46,8 @@ class Diagnosis:
 
     ``graph`` is the autograd graph of the first observed step (None when no backward ran);
     ``steps`` how many steps were run; ``restored`` whether the model and optimizer were put back;
-    ``moved`` the parameters whose value changed during the observed steps.
+    ``moved`` the parameters whose value changed during the observed steps; ``grad_norms`` each parameter's
+    gradient norm as the first step's optimizer saw it (None: no gradient).
     """
 
     findings: list[Finding]
@@ -55,6 +56,7 @@ class Diagnosis:
     graph: AutogradGraph | None = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list)
     moved: frozenset[str] = field(default=frozenset(), repr=False)  # parameters whose value changed in a step
+    grad_norms: dict[str, float | None] = field(default_factory=dict, repr=False)  # first step's, None: no grad
 
     @property
     def ok(self) -> bool:

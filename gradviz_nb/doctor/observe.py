@@ -28,7 +28,7 @@ from gradviz_nb.probes.flow import GradientFlow, gradient_flow
 from gradviz_nb.probes.sharded import reshard_fsdp
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
 
-__all__ = ["Sightings", "StepRecord", "mode_matters", "observe_step"]
+__all__ = ["Sightings", "StepRecord", "mode_matters", "observe_step", "observing"]
 
 
 @dataclass
@@ -97,6 +97,19 @@ def _watch_backward(on_backward: Callable[[Any, Callable[[], None]], None]) -> I
 def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int,
                  previous: StepRecord | None, seen: Sightings | None = None) -> StepRecord:
     """Run ``step()`` once, watching every backward it makes; exceptions are kept in ``.error``."""
+    with observing(model, optimizer, index, previous, seen) as rec:
+        try:
+            step()
+        except Exception as err:  # the doctor reports it; the state is restored by the caller
+            rec.error = err
+    return rec
+
+
+@contextmanager
+def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int, previous: StepRecord | None,
+              seen: Sightings | None = None) -> Iterator[StepRecord]:
+    """Watch whatever runs inside the block as one step (``observe_step`` runs a step function in it; the
+    ``gradviz`` command opens it after one optimizer step of a script and closes it after the next)."""
     seen = seen if seen is not None else Sightings()
     if optimizer is not None:
         seen.known.setdefault(id(optimizer), optimizer)
@@ -153,9 +166,7 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
         with watch.installed(), _watch_backward(on_backward):
             hook = optimizer_globals.register_optimizer_step_pre_hook(before_optimizer_step)
             try:
-                step()
-            except Exception as err:  # the doctor reports it; the state is restored by the caller
-                rec.error = err
+                yield rec
             finally:
                 hook.remove()
         watch.finish()
@@ -163,4 +174,3 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
         named = dict(model.named_parameters())
     rec.moved = {n for n, p in named.items() if n in before and p.shape == before[n].shape
                  and not torch.equal(p.detach(), before[n])}
-    return rec

@@ -21,7 +21,7 @@ from gradviz_nb.probes.sandbox import Snapshot
 from gradviz_nb.tracing.compiled import unwrap_compiled
 from gradviz_nb.validate import boolean, not_meta, positive_int
 
-__all__ = ["MAX_STEPS", "doctor"]
+__all__ = ["MAX_STEPS", "diagnose", "doctor", "grad_norms", "moved_in"]
 
 
 def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
@@ -66,7 +66,7 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
         if restore:
             _restore(extras, saved)
     failed = records[-1].error if records else None
-    findings = _diagnose(records, model, optimizer, seen)
+    findings = diagnose(records, model, optimizer, seen)
     if origin is not None:  # the birth explains every NaN gradient downstream of it
         findings = [origin, *(f for f in findings if f.kind != "nan")]
     if failed is not None and not any(f.kind == "inplace" for f in findings):
@@ -74,8 +74,21 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
     notes = [] if any(r.backwards for r in records) else [
         "the step ran no backward (no loss.backward()): only the model's structure was checked"]
     first = next((r for r in records if r.graph is not None), None)
-    moved = frozenset().union(*(r.moved for r in records))
-    return Diagnosis(findings, len(records), restore, first.graph if first else None, notes, moved)
+    return Diagnosis(findings, len(records), restore, first.graph if first else None, notes, moved_in(records),
+                     grad_norms(records))
+
+
+def moved_in(records: list[StepRecord]) -> frozenset[str]:
+    """The parameters whose value changed in any observed step."""
+    return frozenset().union(*(r.moved for r in records))
+
+
+def grad_norms(records: list[StepRecord]) -> dict[str, float | None]:
+    """Each parameter's gradient norm in the first step that ran a backward (None: it had no gradient)."""
+    first = next((r for r in records if r.flow is not None), None)
+    if first is None or first.flow is None:
+        return {}
+    return {n: (p.norm if p.has_grad else None) for p in first.flow.params for n in p.names}
 
 
 def _sightings(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -147,8 +160,10 @@ def _check(step: object, model: object, optimizer: object, steps: int) -> None:
     positive_int("steps", steps, hi=MAX_STEPS, hint="2 lets stale gradients show; more is a training run.")
 
 
-def _diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None,
-              seen: Sightings) -> list[Finding]:
+def diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None,
+             seen: Sightings) -> list[Finding]:
+    """Every check of :data:`~gradviz_nb.doctor.checks.CHECKS` over the observed steps, one finding per kind and
+    target, worst first."""
     observed = Observed(records, model, optimizer, seen)
     found = [finding for check in CHECKS for finding in check(observed)]
     unique = {(f.kind, f.target): f for f in found}

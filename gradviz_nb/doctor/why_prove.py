@@ -29,7 +29,7 @@ from gradviz_nb.tracing.ghosts import _DATA_GETTER, user_line
 if TYPE_CHECKING:
     from gradviz_nb.doctor.why import Why
 
-__all__ = ["Proof", "prove"]
+__all__ = ["MECHANICAL", "Proof", "fix_context", "prove"]
 
 MECHANICAL = ("detached", "data-access", "left-graph", "frozen", "no-grad", "reentrant-checkpoint", "hook-zeroed")
 
@@ -124,7 +124,9 @@ def _reentrant_direct() -> contextlib.AbstractContextManager[None]:
     return _patched(ckpt.CheckpointFunction, "apply", staticmethod(lambda function, preserve, *args: function(*args)))
 
 
-def _fix_context(w: Why, model: nn.Module, p: torch.Tensor) -> tuple[contextlib.AbstractContextManager[Any], str]:
+def fix_context(w: Why, model: nn.Module, p: torch.Tensor) -> tuple[contextlib.AbstractContextManager[Any], str]:
+    """The mechanical fix of ``w`` as a context to run the forward in (and the fix in words); a frozen parameter
+    is unfrozen right away. ``model`` and ``p`` are the live model and parameter (also of a re-run script)."""
     e = w._event
     if w.kind == "frozen":
         parent = w.cause.split("'")[1] if "parent module" in w.cause else ""
@@ -185,7 +187,7 @@ def prove(w: Why, fn: Callable[[], Any] | None, model: nn.Module | None) -> Proo
     with sandbox(model):
         before = _run(fn, p, model, rng, contextlib.nullcontext())
         try:
-            fix, text = _fix_context(w, model, p)
+            fix, text = fix_context(w, model, p)
             after = _run(fn, p, model, rng, fix)
         except Exception as err:  # the fixed forward failing is a finding of its own, not a crash
             return Proof(w.name, w.fix, False, before, message=f"the re-run with the fix raised "
