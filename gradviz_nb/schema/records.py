@@ -114,7 +114,7 @@ def stop(s: Any) -> dict[str, Any]:
     """A breakpoint :class:`~gradviz_nb.probes.backward.Stop` (``rec.find(...)``)."""
     last = s.last.index if s.last is not None else None
     return {**_head("stop"), "rule": s.rule, "hit": bool(s.hit), "index": int(s.index), "node": s.node,
-            "text": _text(s.text), "last": last, "healed": len(s.healed)}
+            "text": _text(s.text), "last": last, "healed": len(s.healed), "each": len(getattr(s, "each", ()))}
 
 
 def checkpoint_plan(p: Any) -> dict[str, Any]:

@@ -405,6 +405,12 @@ def _doctor(h: Host, f: Fault, _: Any, __: Path) -> None:
         gv.doctor(h.step, h.model, h.opt)
 
 
+def _assert_trains(h: Host, f: Fault, _: Any, __: Path) -> None:
+    # a host with a finding raises: the assertion is the answer, and the state must still come back
+    with f.armed(), contextlib.suppress(AssertionError):
+        gv.assert_trains(h.step, h.model, h.opt)
+
+
 def _one_frozen(h: Host) -> tuple[Host, Any]:
     if all(p.requires_grad for p in h.model.parameters()):
         next(iter(h.model.parameters())).requires_grad_(False)  # why names it frozen; prove re-runs unfrozen
@@ -569,6 +575,7 @@ ENTRIES: dict[str, Entry] = {
     "record_backward": Entry(_record_backward, ("record_backward",), _with_loss),
     "record_backward(until='nonfinite')": Entry(_record_armed, (), _with_loss),
     "doctor": Entry(_doctor, ("doctor",), user_code=True),
+    "assert_trains": Entry(_assert_trains, ("assert_trains",), user_code=True),
     "why": Entry(_why, ("why",), _one_frozen, user_code=True),
     "gradient_flow": Entry(_flow, ("gradient_flow",)),
     "GradientMonitor": Entry(_monitor, ("GradientMonitor",), observer=True),

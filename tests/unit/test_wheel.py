@@ -108,9 +108,11 @@ def test_wheel_carries_the_package_and_nothing_else(wheel: Path) -> None:
         shipped_loader = zf.read("gradviz_nb/static/loader.js")
         shipped_schema = zf.read("gradviz_nb/schema/verdicts.schema.json")
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert shipped_bundle == BUNDLE.read_bytes()  # the committed bundle, byte for byte
     assert shipped_loader == BUNDLE.with_name("loader.js").read_bytes()  # each widget's `_esm`
     assert "gradviz_nb/py.typed" in names
+    assert "gradviz = gradviz_nb.cli.main:main" in entry_points  # the gradviz command
     assert shipped_schema == (ROOT / "gradviz_nb" / "schema" / "verdicts.schema.json").read_bytes()  # the JSON Schema
     # Every module of the package is in it (a file left out by the build config would break an import).
     source = {p.relative_to(ROOT).as_posix() for p in (ROOT / "gradviz_nb").rglob("*.py")}
