@@ -1,9 +1,11 @@
-"""``gradviz``: the doctor, why and the graph over an unmodified training script.
+"""gradviz: the doctor, NaN origins, why, proofs and the graph over an unmodified training script.
 
     gradviz doctor train.py [script args...]   # its first 2 optimizer steps observed, findings, exit 1 if any
     gradviz doctor --steps 3 --json train.py --lr 3e-4
-    gradviz why --param lora_A.weight train.py
-    gradviz graph -o step.html train.py
+    gradviz nan train.py                       # the first NaN/Inf: forward or backward, op, line, module
+    gradviz why --param lora_A.weight train.py # gradviz prove --param ...: the fix re-run, the gradient measured
+    gradviz graph -o step.html train.py        # the first step's graph (.json: gv.to_json)
+    gradviz mcp                                # the same as MCP tools on stdio (extra: gradviz_nb[mcp])
 
 Options go before the script's path; everything after it is the script's own arguments. Text by default, with
 progress on stderr while the script runs; ``--json`` prints one versioned record (:mod:`gradviz_nb.schema`).
@@ -36,7 +38,7 @@ USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="gradviz", description=__doc__.split("\n")[0],
+    top = argparse.ArgumentParser(prog="gradviz", description=(__doc__ or "").split("\n")[0],
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = top.add_subparsers(dest="command", required=True, metavar="{doctor,nan,why,prove,graph,mcp}")
 
