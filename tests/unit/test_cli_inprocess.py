@@ -1,9 +1,12 @@
-"""The gradviz command in this process on a tiny script (the quick tier's check; tests/unit/test_cli.py runs the
-example scripts as subprocesses): the bug named, the healthy run silent, every hook and patch gone afterwards."""
+"""The gradviz command in this process on tiny scripts (the quick tier's check; tests/unit/test_cli.py runs the
+example scripts as subprocesses): the bug named, the healthy run silent, every hook and patch gone afterwards, the
+script's own errors passed through as Python gives them."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,24 @@ def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     empty.write_text("x = 1\n")
     assert main(["doctor", str(empty)]) == 1
     assert "built no optimizer" in capsys.readouterr().err
+
+
+def test_the_scripts_own_errors_pass_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    crash = tmp_path / "crash.py"
+    crash.write_text("def build():\n    raise ValueError('bad config: lr')\n\n\nbuild()\n")
+    direct = subprocess.run([sys.executable, str(crash)], capture_output=True, text=True, check=False)
+    assert main(["doctor", str(crash)]) == direct.returncode == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == direct.stderr.strip().splitlines()  # the same traceback, only its frames
+    leave = tmp_path / "leave.py"
+    leave.write_text("import sys\nsys.exit(3)\n")
+    assert main(["doctor", str(leave)]) == 3
+    in_step = tmp_path / "in_step.py"
+    in_step.write_text("import torch\nm = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+                       "m(torch.ones(1, 2)).sum().backward()\nraise RuntimeError('out of data')\n")
+    assert main(["doctor", str(in_step)]) == 1  # it failed inside its first step: its error, not a verdict
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith("RuntimeError: out of data") and 'in_step.py", line 5' in err
+    assert "gradviz_nb" not in err.split("Traceback")[-1]
+    assert main(["doctor", "--steps", "0", str(leave)]) == 2
+    assert "--steps must be between 1 and 1000" in capsys.readouterr().err
