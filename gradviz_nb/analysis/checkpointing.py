@@ -12,31 +12,48 @@ those calls would do, as PyTorch behaves:
   A call's inputs are the tensors its ops receive from ops outside it (edges); each is matched to the
   storage a member op saved of it (same shape and dtype, not an output), else counted at its own size.
   An input that does not require grad and that no op saved leaves no trace in the graph: not counted.
-* Recompute. Non-reentrant: backward re-runs the call up to the last op that saved a tensor (PyTorch
-  stops there; that op's kernel is skipped when it saved only inputs), as ``memory_held`` counts it on a
-  checkpointed trace. Reentrant: the whole call. Share of estimated FLOPs (else of ops).
+  A non-reentrant checkpoint that packed nothing is freed at once, inputs and RNG state with it.
+* Nesting (PyTorch's "nestable checkpoint" rules). A checkpoint inside a non-reentrant one runs with grad
+  in forward: it keeps its own RNG state, while its inputs are packed by the one around it (not memory).
+  Inside a reentrant one it runs under no_grad in forward and keeps nothing until backward.
+* Recompute. Non-reentrant: backward re-runs the call up to its last pack (PyTorch stops there; that op's
+  kernel is skipped when it saved only inputs), as ``memory_held`` counts it on a checkpointed trace; a
+  marked child's inputs are packed at the child's start (non-reentrant) or at its end, after its block ran
+  under no_grad (reentrant). Reentrant: the whole call. A recompute creates the marked children's
+  checkpoints again, and backward recomputes each child on its own too: a nested block runs once more per
+  level, unless its parent's recompute stops before it. Share of estimated FLOPs (else of ops).
 * Lost gradients. A reentrant checkpoint whose tensor inputs none requires grad returns outputs with no
   grad_fn: everything inside (a LoRA adapter behind a frozen embedding) gets no ``.grad``. Calls are
-  taken in forward order, so a block cut off this way cuts the next one's input too. Such a checkpoint
-  keeps nothing (no node holds its ctx) and is never recomputed; ops left with no input that requires
-  grad are not recorded, so what they saved goes too.
+  taken in forward order, so a block cut off this way cuts the next one's input too; a nested reentrant
+  mark is judged the same way. Such a checkpoint keeps nothing and is never recomputed, and marks inside it
+  have no effect (``ignored``); ops left with no input that requires grad are not recorded, so what they
+  saved goes too.
+* Not exact (``inexact``): a checkpoint none of whose inputs requires grad. What it computes from them alone
+  (frozen layers) is in no graph, yet its recompute runs it and a non-reentrant one keeps the input;
+  ``verify_checkpoint`` measures both.
 
-Marks inside another marked call are ignored (the outer checkpoint packs the inner one). The rule works
-on :func:`table` (plain JSON: what the page gets) and is mirrored by ``js/src/features/checkpoint/state.ts``;
-``tests/unit/test_checkpointing_agreement.py`` proves the two equal. Pure data, no torch.
+The rule works on :func:`table` (plain JSON: what the page gets) and is mirrored by
+``js/src/features/checkpoint/state.ts``; ``tests/unit/test_checkpointing_agreement.py`` proves the two
+equal, ``tests/unit/test_checkpointing_nested.py`` checks every nesting against PyTorch. Pure data, no torch.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import networkx as nx
 
 from gradviz_nb import schema
-from gradviz_nb.analysis.memory import _flops, _saves_output, format_bytes
+from gradviz_nb.analysis.checkpoint_table import (
+    RNG_BYTES,
+    CheckpointInput,
+    CheckpointOp,
+    CheckpointTable,
+    table,
+)
+from gradviz_nb.analysis.memory import format_bytes
 from gradviz_nb.analysis.what_if import what_if
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.calltree import CallTree
@@ -44,40 +61,8 @@ from gradviz_nb.tracing.graph import AutogradGraph
 
 Mode = Literal["non_reentrant", "reentrant"]
 MODES: tuple[Mode, ...] = ("non_reentrant", "reentrant")
-RNG_BYTES = 5056  # torch.get_rng_state() on CPU: the Mersenne Twister state as a uint8 tensor
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-             "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16}
-
-
-class CheckpointOp(TypedDict):
-    """One op node: its call, order, estimated FLOPs and the activation storages it saved."""
-
-    id: str
-    call: str
-    seq: int
-    flops: int
-    saved: list[int]  # storage indices into CheckpointTable.storages (parameters left out)
-    packs: bool  # saved anything (a checkpoint hook would pack it)
-    saves_output: bool
-
-
-class CheckpointInput(TypedDict):
-    """The tensors a call's ops receive from ops outside it."""
-
-    call: str
-    storages: list[int]
-    producers: list[str]  # nodes outside the call that make them (requires grad exactly when one exists)
-
-
-class CheckpointTable(TypedDict):
-    """What the rule needs of a graph, as the page gets it (trait ``checkpoint_table``)."""
-
-    rng_bytes: int
-    storages: list[int]  # bytes of each storage
-    ops: list[CheckpointOp]
-    inputs: list[CheckpointInput]
-
-
+__all__ = ["MODES", "RNG_BYTES", "CheckpointInput", "CheckpointOp", "CheckpointPlan", "CheckpointTable", "Mode",
+           "check_marks", "checkpoint_what_if", "difference", "plan", "reentrant_cuts", "table"]
 @dataclass(frozen=True)
 class CheckpointPlan:
     """Answer of :func:`checkpoint_what_if`. Bytes are activations saved for backward (parameters apart).
@@ -85,7 +70,9 @@ class CheckpointPlan:
     ``per_call_before`` / ``per_call_after``: call id -> bytes held inside it (``""``: the whole graph);
     ``kept``: bytes the checkpoints themselves keep (inputs, RNG states); ``recomputed_ops`` of
     ``forward_ops`` and their estimated FLOPs; ``lost``: leaf ids that lose their gradient, ``lost_names``
-    their names, ``cut``: the reentrant calls that cause it; ``ignored``: marks inside a marked call.
+    their names, ``cut``: the reentrant calls that cause it; ``nested``: marks inside a marked call that
+    take effect; ``ignored``: marks inside a cut reentrant call (its block never runs with grad: no effect);
+    ``inexact``: why a part of this answer is not exact (empty: every number is), for verify to measure.
     """
 
     marks: dict[str, Mode]
@@ -102,6 +89,8 @@ class CheckpointPlan:
     lost_names: list[str]
     cut: list[str]
     ignored: list[str]
+    nested: list[str]
+    inexact: list[str]
 
     @property
     def share(self) -> float:
@@ -111,16 +100,18 @@ class CheckpointPlan:
         return self.recomputed_ops / self.forward_ops if self.forward_ops else 0.0
 
     def summary(self) -> str:
-        saved = self.before - self.after
+        """One line: bytes before -> after, what the checkpoints keep, the recompute, lost leaves."""
         basis = "estimated FLOPs" if self.forward_flops else "ops"
         text = (f"saved for backward: {format_bytes(self.before)} -> {format_bytes(self.after)}"
-                f" ({format_bytes(saved)} less; checkpoints keep {format_bytes(self.kept)} of inputs and RNG"
-                f" states); backward re-runs {self.recomputed_ops} of {self.forward_ops} forward ops"
+                f" ({difference(self.before, self.after)}; checkpoints keep {format_bytes(self.kept)} of inputs"
+                f" and RNG states); backward re-runs {self.recomputed_ops} of {self.forward_ops} forward ops"
                 f" ({self.share:.0%} of forward {basis})")
         if self.lost_names:
             shown = ", ".join(self.lost_names[:4]) + (", ..." if len(self.lost_names) > 4 else "")
             text += (f"; {len(self.lost_names)} leaves lose their gradient ({shown}): reentrant checkpoint of"
                      f" {', '.join(self.cut)} has no input that requires grad")
+        if self.inexact:
+            text += "; not exact: " + "; ".join(self.inexact) + " (verify_checkpoint() measures it)"
         return text
 
     def __repr__(self) -> str:
@@ -131,116 +122,93 @@ class CheckpointPlan:
         return schema.dumps(schema.checkpoint_plan(self), indent)
 
 
-def _itemsize(dtype: str) -> int:
-    return _ITEMSIZE.get(dtype.removeprefix("torch."), 4)
+def difference(before: int, after: int) -> str:
+    """"4.9 KiB less" or "4.9 KiB more" (checkpoints can keep more than the block saved), never a negative."""
+    if after == before:
+        return "no change"
+    return f"{format_bytes(abs(before - after))} {'less' if after < before else 'more'}"
 
 
-def table(graph: AutogradGraph) -> CheckpointTable:
-    """The facts the rule reads, from the trace's saved-tensor records and module calls (plain JSON)."""
-    g = graph.nx
-    index: dict[Any, int] = {}
-    sizes: list[int] = []
+class _Marks:
+    """The marked calls as PyTorch nests them: for each, its innermost marked ancestor, its marked children,
+    and the ops it holds; ``cut`` reentrant calls run once under no_grad and never again."""
 
-    def storage(key: Any, nbytes: int) -> int:
-        if key not in index:
-            index[key] = len(sizes)
-            sizes.append(nbytes)
-        return index[key]
+    def __init__(self, data: CheckpointTable, calls: Sequence[Mapping[str, Any]], marks: Mapping[str, str],
+                 cut: Sequence[str], gone: frozenset[str] | set[str]) -> None:
+        tree = CallTree(calls)
+        self.mode = {c["id"]: str(marks[c["id"]]) for c in calls if marks.get(c["id"]) in MODES}
+        chosen = set(self.mode)
+        self.parent = {c: next((a for a in list(tree.chain(c))[1:] if a in chosen), "") for c in self.mode}
+        self.children: dict[str, list[str]] = {c: [] for c in ["", *self.mode]}
+        for c in self.mode:
+            self.children[self.parent[c]].append(c)
+        self.cut, self.gone = set(cut), gone
+        self.ops: dict[str, list[CheckpointOp]] = {c: [] for c in self.mode}  # nested calls' ops included
+        self.own: dict[str, str] = {}  # op id -> innermost marked call around it ("" none)
+        for op in data["ops"]:
+            around = [a for a in tree.chain(op["call"]) if a in chosen]
+            self.own[op["id"]] = around[0] if around else ""
+            for a in around:
+                self.ops[a].append(op)
+        for ops in self.ops.values():
+            ops.sort(key=lambda op: op["seq"])
 
-    ops: list[CheckpointOp] = []
-    for n, d in g.nodes(data=True):
-        if d["kind"] != "op":
-            continue
-        saved = [storage(s["storage"], int(s["storage_bytes"])) for s in d.get("saved", [])
-                 if s.get("storage") is not None and not s.get("param") and not s.get("packed")]
-        ops.append({"id": n, "call": d["call"], "seq": int(d["seq"]), "flops": _flops(g, n, d),
-                    "saved": sorted(set(saved)), "packs": bool(d.get("saved")), "saves_output": _saves_output(d)})
-    inputs = _inputs(graph, storage)
-    return {"rng_bytes": RNG_BYTES, "storages": sizes, "ops": ops, "inputs": inputs}
+    def inside_cut(self, c: str) -> bool:
+        """Inside a cut reentrant call: its block only ever runs under no_grad, so the mark does nothing."""
+        a = self.parent[c]
+        while a:
+            if a in self.cut:
+                return True
+            a = self.parent[a]
+        return False
 
+    def under_reentrant(self, c: str) -> bool:
+        """Inside a reentrant checkpoint: the forward runs it under no_grad (it only acts in recompute)."""
+        a = self.parent[c]
+        while a:
+            if self.mode[a] == "reentrant":
+                return True
+            a = self.parent[a]
+        return False
 
-def _inputs(graph: AutogradGraph, storage: Any) -> list[CheckpointInput]:
-    """Per call, the tensors its ops receive from outside it, in one pass over the edges: an edge enters
-    every call around its consumer that is not around its producer."""
-    g, tree = graph.nx, CallTree(graph.calls)
-    paths = {c["id"]: c["path"] for c in graph.calls}
-    consumers: dict[tuple[str, str, int], list[str]] = {}  # (call, producer, output_nr) -> member consumers
-    for u, v, e in g.edges(data=True):
-        du, dv = g.nodes[u], g.nodes[v]
-        if dv["kind"] != "op":
-            continue
-        around_u = set(tree.chain(du["call"])) if du["kind"] == "op" else set()
-        for call in tree.chain(dv["call"]):
-            if call in around_u:
-                break
-            if du["kind"] == "leaf" and any(name.startswith(paths[call] + ".") for name in du["names"]):
-                continue  # the call's own parameter, not an input
-            for out in sorted({o for o, _ in e["slots"]}):
-                consumers.setdefault((call, u, out), []).append(v)
-    found: dict[str, CheckpointInput] = {c["id"]: {"call": c["id"], "storages": [], "producers": []}
-                                         for c in graph.calls}
-    for (call, u, out), used_by in sorted(consumers.items(), key=lambda kv: kv[0]):
-        record, d = found[call], g.nodes[u]
-        if u not in record["producers"]:
-            record["producers"].append(u)
-        if d["kind"] == "leaf" and d["names"]:
-            continue  # a parameter passed in: held by the model anyway
-        shape = next((g.edges[u, v].get("shape") for v in used_by), None)
-        inside = functools.partial(_inside_call, g, tree, call)
-        match = _saved_as_input(g, sorted(set(used_by), key=lambda n: g.nodes[n]["seq"]), shape, d["dtype"], inside)
-        if match is not None:
-            record["storages"].append(storage(match[0], match[1]))
-        elif shape is not None:
-            record["storages"].append(storage(("input", u, out), _itemsize(d["dtype"]) * _numel(shape)))
-    for record in found.values():
-        record["storages"] = sorted(set(record["storages"]))
-    return [found[c["id"]] for c in graph.calls]
+    def holders(self, c: str) -> list[tuple[float, float, CheckpointOp | None]]:
+        """What the checkpoint of ``c`` packs in forward, in order: (position, start, own op). Its own ops'
+        saves at their seq; a marked child's saved inputs: non-reentrant at the child's start (before its
+        block runs), reentrant at its end (``save_for_backward`` after the block ran under no_grad)."""
+        out: list[tuple[float, float, CheckpointOp | None]] = [
+            (op["seq"], op["seq"], op) for op in self.ops[c]
+            if self.own[op["id"]] == c and op["packs"] and op["id"] not in self.gone]
+        for d in self.children[c]:
+            if not self.ops[d] or d in self.cut:
+                continue
+            first, last = self.ops[d][0]["seq"], self.ops[d][-1]["seq"]
+            out.append((first - 0.5, first, None) if self.mode[d] == "non_reentrant" else (last + 0.5, first, None))
+        return out
 
+    def held(self, c: str) -> bool:
+        """Backward reaches the checkpoint of ``c``: a reentrant one's node exists, a non-reentrant one packed
+        something (else PyTorch frees its frame, inputs and RNG state with it at once)."""
+        if c in self.cut or self.inside_cut(c):
+            return False
+        return self.mode[c] == "reentrant" or bool(self.holders(c))
 
-def _numel(shape: list[int]) -> int:
-    out = 1
-    for s in shape:
-        out *= s
-    return out
-
-
-def _inside_call(g: nx.DiGraph, tree: CallTree, call: str, n: str) -> bool:
-    return g.nodes[n]["kind"] == "op" and tree.inside(g.nodes[n]["call"], {call})
-
-
-VIEW_DEPTH = 4  # how far an input is followed through ops that save nothing (views, reshapes)
-
-
-def _saved_as_input(g: nx.DiGraph, consumers: list[str], shape: Any, dtype: str,
-                    inside: Callable[[str], bool]) -> tuple[Any, int] | None:
-    """The storage a member op saved of an incoming tensor: an activation of its size and dtype that is not
-    an output of the saving op, at its consumers or, through ops that save nothing (a Linear's input
-    view), at theirs; the first in forward order."""
-    if shape is None:
-        return None
-    numel, frontier, seen = _numel(shape), consumers, set(consumers)
-    for _ in range(VIEW_DEPTH):
-        following: list[str] = []
-        for n in frontier:
-            saved = g.nodes[n].get("saved", [])
-            for s in saved:
-                if (s.get("storage") is not None and not s.get("param") and s["shape"] is not None
-                        and _numel(s["shape"]) == numel and s["dtype"] == dtype and not s["name"].startswith("result")):
-                    return s["storage"], int(s["storage_bytes"])
-            if not saved:
-                following += [v for v in sorted(g.successors(n), key=lambda m: g.nodes[m]["seq"])
-                              if v not in seen and inside(v)]
-        seen.update(following)
-        frontier = following
-    return None
-
-
-def outer_marks(calls: Sequence[Mapping[str, Any]], marks: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """Marked calls that take effect (in forward order) and those inside another marked call (ignored)."""
-    tree = CallTree(calls)
-    chosen = [c["id"] for c in calls if marks.get(c["id"]) in MODES]
-    outer = [c for c in chosen if not any(a in chosen for a in list(tree.chain(c))[1:])]
-    return outer, [c for c in chosen if c not in outer]
+    def rerun(self, c: str, out: list[int]) -> None:
+        """Add what backward re-runs for the checkpoint of ``c`` to ``out`` ([ops, FLOPs]): its own recompute
+        (reentrant: the whole block; non-reentrant: up to its last pack, where PyTorch stops, skipping that
+        op's kernel when it saved only inputs), then each held marked child's, since a recompute creates the
+        child's checkpoint again and backward then recomputes that one too."""
+        if self.mode[c] == "reentrant":
+            ran = [(op, op["flops"]) for op in self.ops[c]]
+        else:
+            hs = self.holders(c)
+            lo, (hi, _, last) = min(h[1] for h in hs), max(hs, key=lambda h: h[0])
+            skip = last is not None and not last["saves_output"]
+            ran = [(op, 0 if skip and op is last else op["flops"]) for op in self.ops[c] if lo <= op["seq"] <= hi]
+        out[0] += len(ran)
+        out[1] += sum(f for _, f in ran)
+        for d in self.children[c]:
+            if self.held(d):
+                self.rerun(d, out)
 
 
 def plan(data: CheckpointTable, calls: Sequence[Mapping[str, Any]], marks: Mapping[str, str],
@@ -248,27 +216,47 @@ def plan(data: CheckpointTable, calls: Sequence[Mapping[str, Any]], marks: Mappi
     """The rule on a table: memory before/after and recompute (the page's twin: ``evaluate`` in
     ``js/src/features/checkpoint/state.ts``). ``cuts``: reentrant calls whose outputs have no grad_fn (their
     ctx is dropped: they keep nothing and nothing is recomputed); ``gone``: ops that no longer exist then."""
-    tree = CallTree(calls)
-    outer, ignored = outer_marks(calls, marks)
-    outer_set = set(outer)
-    box = {op["id"]: next((a for a in tree.chain(op["call"]) if a in outer_set), "") for op in data["ops"]}
+    m = _Marks(data, calls, marks, cuts, gone)
+    outer = [c for c in m.mode if not m.parent[c]]
+    nested = [c for c in m.mode if m.parent[c] and not m.inside_cut(c)]
+    ignored = [c for c in m.mode if m.parent[c] and m.inside_cut(c)]
     before = _charges(data, calls, {}, set())
-    first_seq = {c: min((op["seq"] for op in data["ops"] if box[op["id"]] == c), default=0) for c in outer}
     inputs = {i["call"]: i["storages"] for i in data["inputs"]}
-    extra = len(data["storages"])
-    frames = {c: (first_seq[c], [*inputs.get(c, []), extra + k]) for k, c in enumerate(outer) if c not in cuts}
-    after = _charges(data, calls, frames, {o for o, b in box.items() if b} | set(gone))
+    extra, frames = len(data["storages"]), dict[str, tuple[float, list[int]]]()
+    for c in m.mode:  # checkpoints alive after forward: each keeps an RNG state, an outermost one its inputs
+        if m.held(c) and not m.under_reentrant(c):  # an inner one's inputs are packed by the one around it
+            mine = [] if m.parent[c] else inputs.get(c, [])
+            frames[c] = (m.ops[c][0]["seq"] if m.ops[c] else 0, [*mine, extra + len(frames)])
+    dropped = {op["id"] for op in data["ops"] if m.own[op["id"]]} | set(gone)
+    after = _charges(data, calls, frames, dropped)
     kept_storages = {s for _, f in frames.values() for s in f}
-    sizes = [*data["storages"], *([data["rng_bytes"]] * len(outer))]
-    recomputed = _recomputed(data, box, {c: str(marks[c]) for c in outer if c not in cuts})
+    sizes = [*data["storages"], *([data["rng_bytes"]] * len(frames))]
+    recomputed = [0, 0]
+    for c in outer:
+        if m.held(c):
+            m.rerun(c, recomputed)
     return {
         "before": before[""], "after": after[""], "per_call_before": before, "per_call_after": after,
         "kept": sum(sizes[s] for s in kept_storages),
-        "forward_ops": len(data["ops"]), "recomputed_ops": len(recomputed),
-        "forward_flops": sum(op["flops"] for op in data["ops"]),
-        "recomputed_flops": sum(f for f in recomputed.values()),
-        "ignored": ignored, "outer": outer,
+        "forward_ops": len(data["ops"]), "recomputed_ops": recomputed[0],
+        "forward_flops": sum(op["flops"] for op in data["ops"]), "recomputed_flops": recomputed[1],
+        "ignored": ignored, "outer": outer, "nested": nested, "inexact": _inexact(data, m, calls),
     }
+
+
+def _inexact(data: CheckpointTable, m: _Marks, calls: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Checkpoints the rule cannot answer exactly: those with no input that still requires grad (from a frozen
+    embedding, or behind a cut). What the block computes from such an input alone (its frozen layers) is in
+    no graph, yet its recompute runs it again, and a non-reentrant one keeps that input: both unseen."""
+    tree = CallTree(calls)
+    call_of = {op["id"]: op["call"] for op in data["ops"]}
+    producers = {i["call"]: i["producers"] for i in data["inputs"]}
+
+    def alive(p: str) -> bool:
+        return p not in m.gone and not (p in call_of and tree.inside(call_of[p], m.cut))
+
+    return [f"{c} has no input that requires grad, so what it computes from its inputs alone is in no graph"
+            for c in m.mode if m.held(c) and not any(alive(p) for p in producers.get(c, []))]
 
 
 def _charges(data: CheckpointTable, calls: Sequence[Mapping[str, Any]], frames: Mapping[str, tuple[float, list[int]]],
@@ -297,32 +285,16 @@ def _charges(data: CheckpointTable, calls: Sequence[Mapping[str, Any]], frames: 
     return totals
 
 
-def _recomputed(data: CheckpointTable, box: Mapping[str, str], outer: Mapping[str, str]) -> dict[str, int]:
-    """Op id -> FLOPs counted, for the ops backward re-runs."""
-    out: dict[str, int] = {}
-    for c, mode in outer.items():
-        ops = [op for op in data["ops"] if box[op["id"]] == c]
-        if mode == "reentrant":
-            out.update({op["id"]: op["flops"] for op in ops})
-            continue
-        packing = [op["seq"] for op in ops if op["packs"]]
-        if not packing:
-            continue
-        lo, hi = min(packing), max(packing)
-        for op in ops:
-            if lo <= op["seq"] <= hi:
-                skipped = op["seq"] == hi and not op["saves_output"]
-                out[op["id"]] = 0 if skipped else op["flops"]
-    return out
-
-
-def reentrant_cuts(g: nx.DiGraph, data: CheckpointTable, outer: list[str], marks: Mapping[str, str]) -> list[str]:
+def reentrant_cuts(g: nx.DiGraph, data: CheckpointTable, chosen: list[str], marks: Mapping[str, str]) -> list[str]:
     """Reentrant calls, in forward order, none of whose inputs still requires grad once the earlier cuts
-    are made: no producer exists, or each sits inside a cut call (its output has no grad_fn)."""
+    are made: no producer exists, or each sits inside a cut call (its output has no grad_fn). A mark
+    nested in a reentrant one is judged the same way: its recompute sees the inputs' ``requires_grad``
+    as the forward did. Marks inside a cut call never run with grad and are skipped."""
     inputs = {i["call"]: i["producers"] for i in data["inputs"]}
+    tree = CallTree(g.graph.get("calls", []))
     cuts: list[str] = []
-    for c in outer:
-        if marks[c] != "reentrant":
+    for c in chosen:
+        if marks[c] != "reentrant" or tree.inside(c, set(cuts)):
             continue
         alive, inside_cut = _existing(g, cuts)
         if not any(p in alive and p not in inside_cut for p in inputs.get(c, [])):
@@ -366,7 +338,7 @@ def checkpoint_what_if(graph: AutogradGraph, marks: Mapping[str, str]) -> Checkp
         raise GradvizError(f"checkpoint_what_if expects the graph from gv.trace, got {type(graph).__name__}.")
     clean = check_marks(graph, marks)
     data = table(graph)
-    cuts = reentrant_cuts(graph.nx, data, outer_marks(graph.calls, clean)[0], clean)
+    cuts = reentrant_cuts(graph.nx, data, [c["id"] for c in graph.calls if c["id"] in clean], clean)
     alive = _existing(graph.nx, cuts)[0] if cuts else None
     gone = {op["id"] for op in data["ops"] if alive is not None and op["id"] not in alive}
     got = plan(data, graph.calls, clean, cuts, gone)
@@ -376,7 +348,8 @@ def checkpoint_what_if(graph: AutogradGraph, marks: Mapping[str, str]) -> Checkp
         per_call_after=got["per_call_after"], kept=got["kept"], forward_ops=got["forward_ops"],
         recomputed_ops=got["recomputed_ops"], forward_flops=got["forward_flops"],
         recomputed_flops=got["recomputed_flops"], lost=lost.lost_ids if lost else [],
-        lost_names=lost.lost if lost else [], cut=cuts, ignored=got["ignored"],
+        lost_names=lost.lost if lost else [], cut=cuts, ignored=got["ignored"], nested=got["nested"],
+        inexact=got["inexact"],
     )
 
 

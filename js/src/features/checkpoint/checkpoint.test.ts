@@ -65,11 +65,32 @@ test("reentrant with no input that requires grad: its leaves lose gradient, and 
   assert.deepEqual(mixed.lost, []); // non-reentrant b0 keeps a grad_fn on its output
 });
 
-test("a mark inside a marked box is ignored", () => {
-  const a = evaluate(table, payload, { b0: "non_reentrant", "b0.inner": "reentrant" });
-  assert.deepEqual(a.outer, ["b0"]);
-  assert.deepEqual(a.ignored, ["b0.inner"]);
-  assert.deepEqual(a.lost, []);
+test("a mark inside a marked box takes effect: its own RNG state, its own recompute", () => {
+  const alone = evaluate(table, payload, { b0: "non_reentrant" });
+  const a = evaluate(table, payload, { b0: "non_reentrant", "b0.inner": "non_reentrant" });
+  assert.deepEqual([a.outer, a.nested, a.ignored], [["b0"], ["b0.inner"], []]);
+  assert.equal(a.after - alone.after, 5056); // the inner checkpoint runs with grad: it keeps its RNG state
+  assert.deepEqual([a.perCallAfter["b0.inner"], a.perCallAfter.b0], [5056, 2 * 5056]);
+  // b0's last pack is the inner checkpoint's inputs, at its start: b0's recompute stops there, the inner re-runs a
+  assert.deepEqual([alone.recomputedOps, a.recomputedOps], [1, 1]);
+  // under a reentrant b0 the inner one runs under no_grad in forward: no RNG state kept, but it re-runs a again
+  const r = evaluate(table, payload, { b1: "reentrant", b0: "reentrant", "b0.inner": "non_reentrant" });
+  assert.deepEqual([r.cut, r.ignored], [["b0", "b1"], ["b0.inner"]]); // b0 has no input that requires grad: never re-run
+  // a reentrant mark inside with no input that requires grad is cut: the non-reentrant b0 then packs nothing
+  const cut = evaluate(table, payload, { b0: "non_reentrant", "b0.inner": "reentrant" });
+  assert.deepEqual([cut.cut, cut.lost, cut.after, cut.kept], [["b0.inner"], ["w0"], 200, 0]);
+});
+
+test("nothing about a box with no input that requires grad is exact; the bar never shows a negative", () => {
+  const a = evaluate(table, payload, { b0: "non_reentrant" });
+  assert.equal(a.inexact.length, 1);
+  assert.match(a.inexact[0], /^b0 has no input that requires grad/);
+  assert.match(summaryText(a), /not exact: b0 has no input/);
+  assert.deepEqual(evaluate(table, payload, { b1: "non_reentrant" }).inexact, []); // a's output requires grad
+  const more = evaluate(table, payload, { b1: "non_reentrant" }); // keeps 5056 B of RNG for 200 B of saves
+  assert.ok(more.after > more.before);
+  assert.match(summaryText(more), /\(4\.9 KiB more;/);
+  assert.doesNotMatch(summaryText(more), /-\d/);
 });
 
 test("marks cycle and normalise; text", () => {

@@ -108,7 +108,7 @@ export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): 
       if (key.startsWith("n:")) return lostCause(a, core.payload, key.slice(2));
       const call = key.slice(2);
       if (!key.startsWith("c:") || !(call in ck.marks)) return "";
-      if (a.ignored.includes(call)) return "Checkpoint mark inside a checkpointed box: no effect.";
+      if (a.ignored.includes(call)) return "Checkpoint mark inside a reentrant checkpoint no gradient reaches: no effect.";
       return `Checkpointed (${ck.marks[call].replace("_", "-")}): saved for backward ${formatBytes(a.perCallBefore[call] ?? 0)} → ${formatBytes(a.perCallAfter[call] ?? 0)}`;
     },
     details(node) {
@@ -134,7 +134,7 @@ function decorateMarks(core: Core, a: CheckpointAnswer | null, marks: Marks): De
   if (!a || (!a.outer.length && !a.ignored.length)) return null;
   const classes = new Map<string, string>();
   const lines = new Map<string, string[]>();
-  for (const c of a.outer) {
+  for (const c of [...a.outer, ...a.nested]) {
     addClass(classes, "c:" + c, marks[c] === "reentrant" ? "ck-reentrant" : "ck-nonreentrant");
     const tag = marks[c] === "reentrant" ? "ckpt reentrant" : "ckpt";
     lines.set("c:" + c, [`${tag}: ${formatBytes(a.perCallBefore[c] ?? 0)} → ${formatBytes(a.perCallAfter[c] ?? 0)}`]);

@@ -82,7 +82,7 @@ export function checkpointLines(v: Partial<CheckpointVerification>): [string, st
     "",
     (v.agree ? "Verified by a checkpointed re-run in PyTorch: " : "Prediction and PyTorch disagree: ") +
       `saved for backward ${formatBytes(predicted)} predicted, ${formatBytes(measured)} measured (${off >= 0 ? "+" : ""}${off.toFixed(1)}%); ` +
-      `recomputed ops ${v.predicted_recomputed ?? 0} predicted, ${v.measured_recomputed ?? 0} measured; ` +
+      `recomputed FLOPs ${(v.predicted_recomputed_flops ?? 0).toLocaleString("en")} predicted, ${(v.measured_recomputed_flops ?? 0).toLocaleString("en")} measured; ` +
       `leaves losing .grad: ${(v.predicted_lost ?? []).length} predicted, ${(v.actual_lost ?? []).length} in PyTorch.`,
   ]);
   for (const c of v.checked ?? []) lines.push(["gradviz-verified-why", `• checked: ${c}.`]);
