@@ -15,9 +15,9 @@ a bug-zoo case and that every kind a tool emits is here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
-__all__ = ["KINDS", "Kind", "KindInfo", "Tool", "as_kind", "fix_for", "kinds_of", "rank"]
+__all__ = ["KINDS", "NAN_FIX", "Kind", "KindInfo", "Tool", "as_kind", "fix_for", "kinds_of", "nan_fix", "rank"]
 
 Kind = Literal[
     "nan-origin", "inplace", "stale-grad", "zero-grad-before-step", "double-backward", "unscaled-accumulation",
@@ -31,49 +31,65 @@ Tool = Literal["doctor", "flow", "monitor"]
 
 @dataclass(frozen=True)
 class KindInfo:
-    """``label``: a few words for charts and lists; ``rank``: the order a reader should fix things in (lower
-    first); ``fix``: the one-line fix a tool gives when it has nothing more specific; ``produced_by``: the
-    tools that can emit it; ``case``: the bug-zoo group that proves it, or the test that does where a zoo
-    case cannot (two processes)."""
+    """Everything said about one kind, in one place (the page and the docs' kind tables read it too).
+
+    Attributes:
+        label: a few words for charts and lists.
+        rank: the order a reader should fix things in (lower first).
+        fix: the one-line fix a tool gives when it has nothing more specific.
+        produced_by: the tools that can emit it.
+        scope: where a finding of this kind applies when it is not on the graph ("the optimizer step"), or
+            ``""`` when it applies to the parameter, module or op it names (its target).
+        case: the bug-zoo group that proves it, or the test that does where a zoo case cannot (two processes).
+    """
 
     label: str
     rank: int
     fix: str
     produced_by: frozenset[Tool]
+    scope: str = ""
     case: str = ""
 
 
-def _info(label: str, fix: str, *tools: Tool, case: str = "") -> tuple[str, str, frozenset[Tool], str]:
-    return label, fix, frozenset(tools), case
+def _info(label: str, fix: str, *tools: Tool, scope: str = "", case: str = "") -> dict[str, Any]:
+    return {"label": label, "fix": fix, "produced_by": frozenset(tools), "scope": scope, "case": case}
+
+
+# Where a kind about the training loop, not a tensor, applies (KindInfo.scope).
+_STEP = "the optimizer step"
+_BACKWARDS = "the step's backward calls"
+_REGISTERED = "the module's registered parameters"
+_RANKS_RUN = "the ranks of the distributed run"
 
 
 # In the order a reader should fix them: a NaN's birth first, loud errors, then silent losses, then sizes.
-_TABLE: dict[Kind, tuple[str, str, frozenset[Tool], str]] = {
+_TABLE: dict[Kind, dict[str, Any]] = {
     "nan-origin": _info("NaN/Inf born here", "guard the op's input (clamp, add an epsilon, or mask before it)",
                         "doctor"),
     "inplace": _info("in-place overwrite", "replace the in-place op (x.add_(...)) by its out-of-place form",
                      "doctor"),
     "stale-grad": _info("stale gradient", "call optimizer.zero_grad() (or model.zero_grad()) once per step",
-                        "doctor", "flow", "monitor"),
+                        "doctor", "flow", "monitor", scope=_STEP),
     "zero-grad-before-step": _info("zero_grad between backward and step",
                                    "call optimizer.zero_grad() before backward() (or after step()), never between "
-                                   "backward() and step()", "doctor"),
+                                   "backward() and step()", "doctor", scope=_STEP),
     "double-backward": _info("backward twice per step",
                              "call backward() once per optimizer step (sum the losses first, or divide each)",
-                             "doctor"),
+                             "doctor", scope=_BACKWARDS),
     "unscaled-accumulation": _info("accumulation not divided",
                                    "divide each micro-batch's loss by the number of accumulation steps",
-                                   "doctor"),
+                                   "doctor", scope=_BACKWARDS),
     "two-optimizers": _info("stepped by two optimizers", "give each parameter to exactly one optimizer",
-                            "doctor"),
+                            "doctor", scope=_STEP),
     "recreated-parameter": _info("parameter re-created in forward",
-                                 "create parameters once in __init__, never inside forward()", "doctor"),
+                                 "create parameters once in __init__, never inside forward()", "doctor",
+                                 scope=_REGISTERED),
     "not-in-optimizer": _info("not in the optimizer", "build the optimizer from model.parameters()",
-                              "doctor", "flow", "monitor"),
+                              "doctor", "flow", "monitor", scope=_STEP),
     "not-a-parameter": _info("not registered", "register it: nn.Parameter(...), nn.ModuleList / nn.ModuleDict",
-                             "doctor"),
+                             "doctor", scope=_REGISTERED),
     "frozen": _info("frozen but optimized", "p.requires_grad_(True), or leave it out of the optimizer",
-                    "doctor", "flow"),
+                    "doctor", "flow", scope=_STEP),
     "detached": _info("cut by detach()", "remove the detach() on the path from this parameter to the loss",
                       "doctor"),
     "data-access": _info("cut by .data", "use the tensor itself, not .data", "doctor"),
@@ -100,7 +116,7 @@ _TABLE: dict[Kind, tuple[str, str, frozenset[Tool], str]] = {
     "no-grad": _info("no gradient", "put the parameter on the loss's path (no detach, no torch.no_grad())",
                      "doctor", "flow", "monitor"),
     "mode": _info("train/eval mode", "model.train() before training steps, model.eval() before evaluating",
-                  "doctor"),
+                  "doctor", scope="the model's train/eval mode"),
     "dead-adapter": _info("dead adapter",
                           "make sure the adapter is on the loss's path: no detach() around it, adapters enabled",
                           "doctor", "flow"),
@@ -110,23 +126,22 @@ _TABLE: dict[Kind, tuple[str, str, frozenset[Tool], str]] = {
     "vanishing": _info("vanishing gradient",
                        "shorten the gradient path: residual connections, normalisation, or a non-saturating "
                        "activation", "doctor", "flow"),
-    "spike": _info("gradient spike", "look at that step's batch (outliers, bad labels); clip gradients",
+    "spike": _info("gradient spike", "look at that step's batch (outliers, bad labels); clip gradients "
+                   "(torch.nn.utils.clip_grad_norm_)",
                    "doctor", "monitor"),
     "nan": _info("NaN/Inf gradient", "find where the NaN is born: gv.find_nonfinite(step)",
                  "doctor", "flow", "monitor"),
-    "update-size": _info("update size", "check the learning rate and the optimizer's param groups", "monitor"),
-    "clipping": _info("clipping bites", "raise max_norm, or lower the learning rate", "monitor"),
+    "update-size": _info("update size", "check the learning rate and the optimizer's param groups", "monitor",
+                         scope=_STEP),
+    "clipping": _info("clipping bites", "raise max_norm, or lower the learning rate", "monitor", scope=_STEP),
     "replica-mismatch": _info("replicas disagree",
                               "check for rank-dependent code between backward and the all-reduce", "monitor",
-                              case="tests/unit/test_ddp.py (needs two torchrun ranks)"),
+                              case="tests/unit/test_ddp.py (needs two torchrun ranks)", scope=_RANKS_RUN),
     "unused-on-rank": _info("unused on a rank", "use the parameter on every rank, or find_unused_parameters=True",
-                            "monitor", case="tests/unit/test_ddp.py (needs two torchrun ranks)"),
+                            "monitor", case="tests/unit/test_ddp.py (needs two torchrun ranks)", scope=_RANKS_RUN),
 }
 
-KINDS: dict[Kind, KindInfo] = {
-    kind: KindInfo(label, rank, fix, tools, case)
-    for rank, (kind, (label, fix, tools, case)) in enumerate(_TABLE.items())
-}
+KINDS: dict[Kind, KindInfo] = {kind: KindInfo(rank=rank, **row) for rank, (kind, row) in enumerate(_TABLE.items())}
 assert set(KINDS) == set(get_args(Kind)), "every Kind has one row in the table"
 
 
@@ -151,4 +166,22 @@ def as_kind(name: str) -> Kind:
 
 
 def fix_for(kind: Kind) -> str:
+    """The registry's one-line fix for ``kind`` (what a check says unless its fix names something only it
+    knows, such as the attribute or the number of micro-batches)."""
     return KINDS[kind].fix
+
+
+# The fix of a ``nan-origin`` finding by the cause gv.find_nonfinite named (NonFinite.cause).
+NAN_FIX: dict[str, str] = {
+    "log(0)": "clamp the log's input: torch.log(x.clamp_min(eps)), or use log_softmax / logsumexp",
+    "log of a negative": "clamp the log's input to be positive, or fix the sign upstream",
+    "0/0": "add an epsilon to the divisor (x / (x.norm() + eps)) or torch.nn.functional.normalize",
+    "division by zero": "add an epsilon to the divisor, or mask zero rows",
+    "exp overflow": "subtract the max before exp (torch.softmax / logsumexp do it for you)",
+    "sqrt of a negative": "clamp before sqrt: torch.sqrt(x.clamp_min(0) + eps)",
+}
+
+
+def nan_fix(cause: str) -> str:
+    """The fix for a NaN/Inf born of ``cause`` (:data:`NAN_FIX`), else the ``nan-origin`` kind's own."""
+    return NAN_FIX.get(cause, fix_for("nan-origin"))

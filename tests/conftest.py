@@ -12,6 +12,7 @@ and this directory is put on ``sys.path`` so every tier imports them by plain na
 from __future__ import annotations
 
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+
+import budget  # noqa: E402  (a helper of this folder, importable once HERE is on sys.path)
 
 _TIERS = {"unit": ("unit",), "page": ("page", "browser"), "lab": ("lab", "browser")}
 
@@ -66,3 +69,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         test = f"{parts[-1]}::{item.name.split('[')[0]}" if parts else ""
         if parts and (parts[0] in SLOW_TIERS or parts[-1] in SLOW_FILES or test in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
+
+
+# The quick tier's CPU budget (tests/budget.py): every test's process CPU, and the verdict on the whole run.
+_COSTS: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    start = budget.cpu_seconds()
+    yield
+    _COSTS[item.nodeid] = budget.cpu_seconds() - start
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    total = budget.cpu_seconds()
+    cache = getattr(config, "cache", None)  # absent under -p no:cacheprovider
+    if cache is not None and _COSTS:
+        costs = {test: round(cost, 3) for test, cost in _COSTS.items()}
+        cache.set("gradviz/cpu", {"total_s": round(total, 2), "tests": costs})
+    if not budget.whole_quick_tier(config.option.markexpr, config.option.keyword, config.args, HERE):
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    message = budget.over_budget(total, _COSTS)
+    if reporter is not None:
+        reporter.write_sep("=", f"quick tier: {total:.1f} s of process CPU (budget {budget.BUDGET_S:.0f} s)")
+        if message is not None:
+            reporter.write_line(message, red=True)
+    if message is not None:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,4 +1,5 @@
-"""mkdocs hook: copy generated blocks and shared sections of README.md into the pages that ask for them.
+"""mkdocs hook: copy generated blocks and shared sections of README.md into the pages that ask for them, and
+write the kind tables from the registry of kinds.
 
 README.md keeps the one copy of what a test compares or what several engineers add to: the generated bug-zoo
 table (``python -m gradviz_nb.bugzoo --readme`` rewrites it and the zoo's test compares it) and the section
@@ -7,6 +8,10 @@ second copy that could go stale. A missing block fails the build.
 
 Links in a copied section are rewritten for the site: ``docs/...`` targets become links relative to the page,
 other repository files (tests, sources), which the site does not carry, become code spans.
+
+A page asks for a table of verdict kinds with ``<!-- kinds: TOOL -->`` (``doctor``, ``flow``, ``monitor``, or
+``all``); the table is written from ``gradviz_nb.kinds.KINDS`` when the page is built (label, where it applies,
+fix, tools, proof), so a new kind is in the docs without a line of prose.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ BLOCKS: dict[str, tuple[str, str | None, bool]] = {
     "<!-- readme: never-does section -->": ("## What gradviz_nb never does\n", None, False),
 }
 _LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+KINDS_PLACEHOLDER = re.compile(r"<!-- kinds: (all|doctor|flow|monitor) -->")
 
 
 def _block(readme: str, start: str, end: str | None, keep: bool) -> str | None:
@@ -54,7 +60,28 @@ def _relink(text: str, page_path: str) -> str:
     return _LINK.sub(fix, text)
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("_", "\\_").replace("*", "\\*").replace("\n", " ")
+
+
+def kinds_table(tool: str = "all") -> str:
+    """The Markdown table of the verdict kinds ``tool`` emits (every kind for ``"all"``), in rank order, read
+    from the registry when called."""
+    from gradviz_nb.kinds import KINDS
+
+    rows = ["| kind | what it says | applies to | fix | emitted by | proven by |", "|---|---|---|---|---|---|"]
+    for kind, info in sorted(KINDS.items(), key=lambda kv: kv[1].rank):
+        if tool != "all" and tool not in info.produced_by:
+            continue
+        scope = info.scope or "the parameter, module or op it names"
+        proof = f"`{info.case.split()[0]}`" if info.case else f"bug-zoo group `{kind}`"
+        tools = ", ".join(f"`{t}`" for t in sorted(info.produced_by))
+        rows.append(f"| `{kind}` | {_cell(info.label)} | {_cell(scope)} | {_cell(info.fix)} | {tools} | {proof} |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    markdown = KINDS_PLACEHOLDER.sub(lambda m: kinds_table(m.group(1)), markdown)
     readme: str | None = None
     for placeholder, (start, end, keep) in BLOCKS.items():
         if placeholder not in markdown:

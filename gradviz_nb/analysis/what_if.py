@@ -29,8 +29,15 @@ OutputRef = tuple[str, int]  # one output of a node: (node id, output_nr); not a
 class WhatIf:
     """Answer of :meth:`AutogradGraph.what_if`.
 
-    ``lost``/``kept``: leaf names that would get no gradient / still get one. ``pruned``: node ids the
-    backward pass would no longer run. ``cut``: the tensors detached, as ``(node id, output_nr)``.
+    Attributes:
+        lost: leaf names that would get no gradient.
+        kept: leaf names that still get one.
+        pruned: node ids the backward pass would no longer run.
+        cut: the tensors detached, as ``(node id, output_nr)``.
+        frozen: leaf node ids frozen (``requires_grad=False``).
+        runs: ops and leaves backward still runs (roots excluded), of ``total``.
+        total: ops and leaves in the graph (roots excluded).
+        lost_ids: the node ids of ``lost`` (what the page's ``WhatIfAnswer.lost_ids`` holds).
     """
 
     lost: list[str]

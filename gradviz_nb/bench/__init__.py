@@ -1,7 +1,9 @@
 """The overhead table: every feature's cost as a ratio to the plain operation it wraps, beside peers.
 
 Run ``python -m gradviz_nb.bench`` (``--quick``: tiny model, 2 repeats, only proves it runs;
-``--readme README.md --readme docs/guides/costs.md``: also rewrite the Costs table of each file). Everything
+``--readme README.md --readme docs/guides/costs.md``: also rewrite the Costs table of each file, from at least
+``MIN_RUNS`` (3) full runs: each ratio is the median of the runs' ratios, with their range beside it, so no
+one run sets the published table; ``--runs N`` for more). Everything
 is timed in ONE process at one torch thread, interleaved (each repeat runs every variant of a row once, in
 rotating order, garbage collector off); a ratio is the median of the per-round ratios, a time the minimum.
 Times are process CPU time: at one torch thread that is the wall time of an idle machine, and on a shared
@@ -33,20 +35,23 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import math
 import os
 import pathlib
 import platform
+import statistics
 from collections.abc import Sequence
 
 import torch
 
 from gradviz_nb.bench import meta_llama
 from gradviz_nb.bench.rows import Model, fixed_costs, measure, models
-from gradviz_nb.bench.timing import Row, interleaved
+from gradviz_nb.bench.timing import Row, combine, interleaved
 from gradviz_nb.files import write_atomic
 
 COMMAND = "python -m gradviz_nb.bench --readme README.md --readme docs/guides/costs.md"
 START, END = f"<!-- costs:start ({COMMAND}) -->", "<!-- costs:end -->"
+MIN_RUNS = 3  # full runs behind a table written into a file (--readme)
 
 
 def machine() -> str:
@@ -72,17 +77,29 @@ def _ms(s: float) -> str:
     return f"{ms:.2f}" if ms < 10 else f"{ms:.1f}" if ms < 1000 else f"{ms:.0f}"
 
 
-def table(rows: Sequence[Row], reps: int) -> str:
-    lines = [f"Measured {machine()}; process CPU time of {reps} interleaved rounds (monitor rows: 3, each 10 "
-             "steps). Ratio: the median over rounds of feature / plain timed in the same round (this machine's "
-             "speed drifts over seconds; a ratio of minima swung by 20% between runs); ms: the minima.", "",
+def _ratio(r: Row) -> str:
+    """``0.95x``, or over several runs ``0.95x (0.88-1.02)``: the median run's ratio and the range."""
+    spread = f" ({r.low:.2f}-{r.high:.2f})" if r.runs > 1 and not math.isnan(r.low) else ""
+    return f"{r.ratio:.2f}x{spread}"
+
+
+def table(rows: Sequence[Row], reps: int, runs: int = 1) -> str:
+    """The Markdown table of ``rows`` (one run's, or :func:`~gradviz_nb.bench.timing.combine`'s of ``runs``)."""
+    over = (f"{runs} full runs, each of {reps} interleaved rounds" if runs > 1 else f"{reps} interleaved rounds")
+    ratio = ("the median of the runs' ratios, their lowest and highest in brackets; each run's ratio is the "
+             "median over rounds of feature / plain timed in the same round" if runs > 1 else
+             "the median over rounds of feature / plain timed in the same round")
+    ms = "the median of the runs' minima" if runs > 1 else "the minima"
+    lines = [f"Measured {machine()}; process CPU time of {over} (monitor rows: 3 rounds, each 10 steps). "
+             f"Ratio: {ratio} (this machine's speed drifts over seconds and between runs; a ratio of minima swung "
+             f"by 20% between runs); ms: {ms}.", "",
              "| model | feature | / plain | ratio | goal | feature ms | plain ms |",
              "|---|---|---|---:|---|---:|---:|"]
     for r in rows:
         if r.skipped:
             lines.append(f"| {r.model} | {r.feature} | {r.plain} | skipped: {r.skipped} | {r.goal} | | |")
         else:
-            lines.append(f"| {r.model} | {r.feature} | {r.plain} | {r.ratio:.2f}x | {r.goal} | {_ms(r.t_feature)} | "
+            lines.append(f"| {r.model} | {r.feature} | {r.plain} | {_ratio(r)} | {r.goal} | {_ms(r.t_feature)} | "
                          f"{_ms(r.t_plain)} |")
     return "\n".join(lines)
 
@@ -104,6 +121,17 @@ def write_readme(path: str, text: str) -> None:
     write_atomic(pathlib.Path(path), f"{head}{START}\n{text}\n{END}{tail}".encode(), "python -m gradviz_nb.bench")
 
 
+def one_run(reps: int, quick: bool, only: str = "") -> tuple[list[Row], tuple[float, float]]:
+    """One full run: every row of every model (whose name contains ``only``), and capture's fixed costs
+    (seconds per module call, per op)."""
+    rows: list[Row] = []
+    per_call, per_op = fixed_costs(reps, n=200 if quick else 2000)
+    for m in models(quick):
+        if only in m.name:
+            rows += measure(m, reps, monitor_reps=1 if quick else 3, fixed=(per_call, per_op))
+    return rows, (per_call, per_op)
+
+
 def main(argv: Sequence[str] | None = None) -> str:
     import argparse
 
@@ -113,21 +141,30 @@ def main(argv: Sequence[str] | None = None) -> str:
     ap.add_argument("--reps", type=int, default=0, help="repeats per row (default 9; --quick 2)")
     ap.add_argument("--only", default="", help="measure only models whose name contains this")
     ap.add_argument("--readme", action="append", default=[],
-                    help="also write the table between this file's costs markers (repeat for several files)")
+                    help="also write the table between this file's costs markers (repeat for several files); "
+                         f"the table is then the median of at least {MIN_RUNS} full runs")
+    ap.add_argument("--runs", type=int, default=0,
+                    help=f"full runs, each ratio the median of theirs (default 1; with --readme {MIN_RUNS}, at least)")
     args = ap.parse_args(argv)
     for path in args.readme:
         _parts(path)  # before minutes of measuring: every file has its markers
+    runs = args.runs or (MIN_RUNS if args.readme else 1)
+    if args.readme and runs < MIN_RUNS:
+        raise SystemExit(f"--readme writes the median of at least {MIN_RUNS} full runs: give --runs {MIN_RUNS} or "
+                         "more (or leave --runs out).")
     torch.set_num_threads(1)
     reps = args.reps or (2 if args.quick else 9)
-    rows: list[Row] = []
-    per_call, per_op = fixed_costs(reps, n=200 if args.quick else 2000)
-    for m in models(args.quick):
-        if args.only in m.name:
-            rows += measure(m, reps, monitor_reps=1 if args.quick else 3, fixed=(per_call, per_op))
-    text = table(rows, reps) + (
+    tables, fixed = [], []
+    for _ in range(runs):
+        rows, costs = one_run(reps, args.quick, args.only)
+        tables.append(rows)
+        fixed.append(costs)
+    per_call = statistics.median(c[0] for c in fixed)
+    per_op = statistics.median(c[1] for c in fixed)
+    text = table(combine(tables) if runs > 1 else tables[0], reps, runs) + (
         f"\n\nFixed costs of gv.capture: capture per module call {per_call * 1e6:.1f} us (two global hooks, "
         f"nn.Identity calls), capture per op {per_op * 1e6:.1f} us (the ghost and value observer, a "
-        "128-element op that makes an autograd node).")
+        "128-element op that makes an autograd node)" + (f"; medians of {runs} runs." if runs > 1 else "."))
     text += "\n\n" + meta_llama.row(repeats=1 if args.quick else 3, quick=args.quick)
     print(text)
     for path in args.readme:
@@ -135,4 +172,4 @@ def main(argv: Sequence[str] | None = None) -> str:
     return text
 
 
-__all__ = ["Model", "Row", "interleaved", "main", "measure", "models", "table"]
+__all__ = ["MIN_RUNS", "Model", "Row", "combine", "interleaved", "main", "measure", "models", "one_run", "table"]

@@ -17,7 +17,7 @@ from gradviz_nb.demo_models import GPT2, GPT2Config
 from gradviz_nb.probes.backward import record_backward, reductions
 from gradviz_nb.probes.monitor import GradientMonitor
 from gradviz_nb.probes.nonfinite import BareDispatchMode, find_nonfinite
-from gradviz_nb.tracing import capture, trace
+from gradviz_nb.tracing import capture, trace, typed_torch
 from gradviz_nb.tracing.walk import reachable
 
 
@@ -156,7 +156,7 @@ def backward_row(b: Bench) -> list[Row]:
     def statistics() -> None:
         torch.stack([s for g in grads for s in reductions(g)]).tolist()
 
-    t = interleaved({"backward": lambda: loss.backward(retain_graph=True),  # type: ignore[no-untyped-call]
+    t = interleaved({"backward": lambda: typed_torch.backward(loss, retain_graph=True),
                      "record": lambda: record_backward(loss, model=model),
                      "armed": lambda: record_backward(loss, model=model, until="nonfinite"),
                      "trace": lambda: trace(loss, model=model), "statistics": statistics}, b.reps, before=b.zero)
@@ -180,7 +180,7 @@ def _gradients(loss: torch.Tensor) -> list[torch.Tensor]:
 
     handles = [fn.register_hook(keep) for fn, _ in reachable([loss.grad_fn])]
     try:
-        loss.backward(retain_graph=True)  # type: ignore[no-untyped-call]
+        typed_torch.backward(loss, retain_graph=True)
     finally:
         for h in handles:
             h.remove()
@@ -190,7 +190,7 @@ def _gradients(loss: torch.Tensor) -> list[torch.Tensor]:
 def nonfinite_rows(b: Bench) -> list[Row]:
     """find_nonfinite and detect_anomaly against a plain forward + backward."""
     def step() -> None:
-        b.loss().backward()  # type: ignore[no-untyped-call]
+        typed_torch.backward(b.loss())
 
     def anomaly() -> None:
         with warnings.catch_warnings():
@@ -224,7 +224,7 @@ def monitor_row(b: Bench, reps: int) -> list[Row]:
 
     def steps(mon: GradientMonitor | None) -> None:
         for _ in range(10):
-            b.loss().backward()  # type: ignore[no-untyped-call]
+            typed_torch.backward(b.loss())
             if mon is not None:
                 mon.step()
             opt.step()

@@ -29,10 +29,34 @@ class Row:
     skipped: str = ""
     peers: list[str] = field(default_factory=list)
     paired: float = math.nan  # the median of per-round ratios, when both were timed in the same rounds
+    low: float = math.nan  # over several full runs (combine): the lowest and highest run's ratio
+    high: float = math.nan
+    runs: int = 1  # how many full runs the ratio is the median of
 
     @property
     def ratio(self) -> float:
         return self.paired if not math.isnan(self.paired) else self.t_feature / self.t_plain
+
+
+def combine(runs: list[list[Row]]) -> list[Row]:
+    """Several full runs' tables as one: each row's ratio is the median of the runs' ratios, with their
+    lowest and highest beside it (``low``, ``high``); times are the median of the runs' minima. Rows are
+    matched by model and feature, in the first run's order; a row skipped in any run stays skipped."""
+    if not runs:
+        return []
+    out: list[Row] = []
+    for first in runs[0]:
+        same = [r for run in runs for r in run if (r.model, r.feature) == (first.model, first.feature)]
+        skipped = next((r.skipped for r in same if r.skipped), "")
+        ratios = [r.ratio for r in same if not math.isnan(r.ratio)]
+        if skipped or not ratios:
+            out.append(Row(first.model, first.feature, first.plain, goal=first.goal,
+                           skipped=skipped or "no ratio measured", runs=len(same)))
+            continue
+        out.append(Row(first.model, first.feature, first.plain, statistics.median(r.t_feature for r in same),
+                       statistics.median(r.t_plain for r in same), first.goal, peers=first.peers,
+                       paired=statistics.median(ratios), low=min(ratios), high=max(ratios), runs=len(same)))
+    return out
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import gc
 import warnings
+from typing import cast
 
 import torch
 from torch import nn
@@ -85,7 +86,7 @@ def bf16_under_resolution() -> Outcome:
 
 
 def _compiled(model: nn.Module) -> nn.Module:
-    compiled: nn.Module = torch.compile(model, backend="aot_eager", dynamic=False)  # type: ignore[assignment]
+    compiled = cast(nn.Module, torch.compile(model, backend="aot_eager", dynamic=False))
     return compiled
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gradviz_nb.bugzoo.case import Case, Outcome
 
@@ -175,7 +175,7 @@ def ddp_rename() -> Outcome:
 def _compiled(model: torch.nn.Module) -> torch.nn.Module:
     import torch
 
-    compiled: torch.nn.Module = torch.compile(model, backend="eager")  # type: ignore[assignment]
+    compiled = cast(torch.nn.Module, torch.compile(model, backend="eager"))
     return compiled
 
 

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from gradviz_nb.tracing import typed_torch
+
 __all__ = ["Healthy"]
 
 
 def _backward(loss: torch.Tensor) -> None:
-    loss.backward()  # type: ignore[no-untyped-call]
+    typed_torch.backward(loss)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from gradviz_nb.bugzoo.healthy import Healthy
 from gradviz_nb.bugzoo.mutants import hosts
+from gradviz_nb.tracing import typed_torch
 
 __all__ = ["MODELS"]
 
@@ -109,7 +110,7 @@ def clipped() -> Healthy:
     x, y = torch.randn(32, 16), torch.randint(0, 2, (32,))
 
     def backward(loss: torch.Tensor) -> None:
-        loss.backward()  # type: ignore[no-untyped-call]
+        typed_torch.backward(loss)
         nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
 
     return Healthy(model, lambda: F.cross_entropy(model(x), y), backward)

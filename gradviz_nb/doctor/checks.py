@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -30,7 +30,7 @@ from gradviz_nb.doctor.observe import Sightings, StepRecord
 from gradviz_nb.doctor.registration import Unregistered, unregistered
 from gradviz_nb.kinds import fix_for
 from gradviz_nb.probes.flow import Flag, optimizer_roles
-from gradviz_nb.tracing.ghosts import InplaceWrite
+from gradviz_nb.tracing.observer import InplaceWrite
 
 __all__ = ["CHECKS", "Check", "Observed", "findings_from_flow", "inplace_finding", "mode_findings",
            "not_a_parameter", "optimizer_findings", "spike_findings", "stale_findings"]
@@ -120,8 +120,7 @@ def optimizer_findings(records: list[StepRecord], model: nn.Module, optimizer: t
         for n in sorted(with_grad - moved, key=list(named).index):
             out.append(Finding("not-in-optimizer", n, "gets a gradient but the step never changes it",
                                f"had a gradient in every observed step, and its value stayed bit-identical while "
-                               f"{len(moved)} other parameters moved", "add it to the optimizer (build it from "
-                               "model.parameters())", 1, node(n)))
+                               f"{len(moved)} other parameters moved", fix_for("not-in-optimizer"), 1, node(n)))
         return out
     roles = optimizer_roles(optimizer)
     kind = type(optimizer).__name__
@@ -135,8 +134,7 @@ def optimizer_findings(records: list[StepRecord], model: nn.Module, optimizer: t
             out.append(Finding("not-in-optimizer", n, f"gets a gradient but no param group of {kind} holds it",
                                f"{kind} has {len(optimizer.param_groups)} param groups, none holding it; its value "
                                f"{'never changed' if n not in moved else 'changed'} during the steps",
-                               "build the optimizer from model.parameters() (or add a param group for it)", 1,
-                               node(n)))
+                               fix_for("not-in-optimizer"), 1, node(n)))
         elif all(lr == 0 for _, lr in held):
             out.append(Finding("not-in-optimizer", n, f"its param group of {kind} has lr 0",
                                f"param group {held[0][0]} holds it with lr=0; its value never changed",
@@ -162,7 +160,7 @@ def _frozen_findings(model: nn.Module, frozen: list[str], kind: str) -> list[Fin
         if n not in covered:
             out.append(Finding("frozen", n, f"{kind} holds it but requires_grad is False",
                                "it never gets a gradient, so the optimizer never moves it",
-                               "p.requires_grad_(True), or leave it out of the optimizer", 1))
+                               fix_for("frozen"), 1))
     return out
 
 
@@ -181,7 +179,7 @@ def stale_findings(records: list[StepRecord], model: nn.Module, optimizer: torch
                         f"step {rec.index}'s backward, which added onto the previous step's gradient",
                         f"at step {rec.index}, .grad was the same tensor with the same version as when step "
                         f"{rec.index - 1}'s backward ended (e.g. {stale[0]}); nothing cleared it in between",
-                        "call optimizer.zero_grad() (or model.zero_grad()) once per step", rec.index)]
+                        fix_for("stale-grad"), rec.index)]
     return []
 
 
@@ -218,8 +216,7 @@ def spike_findings(records: list[StepRecord]) -> list[Finding]:
                     out.append(Finding("spike", m.path or "(model)", f"gradient norm jumped {m.norm / median:.3g}x "
                                        f"at step {rec.index}", f"norm {m.norm:.3g} at step {rec.index} against a "
                                        f"median of {median:.3g} over steps 1-{rec.index - 1}",
-                                       "look at that step's batch (outliers, bad labels); clip gradients "
-                                       "(torch.nn.utils.clip_grad_norm_)", rec.index, call_node(rec, m.path)))
+                                       fix_for("spike"), rec.index, call_node(rec, m.path)))
             earlier.append(m.norm)
     return out
 
@@ -238,7 +235,7 @@ def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
             return [Finding("mode", "(model)", "the training step ran in eval() mode",
                             f"at step {rec.index}'s backward model.training was False while {len(rec.moved)} "
                             f"parameters moved; {len(stochastic)} modules behave differently in eval ({names})",
-                            "call model.train() before training steps", rec.index)]
+                            fix_for("mode"), rec.index)]
         if rec.training_at_backward and rec.eval_at_backward and rec.moved:
             off = rec.eval_at_backward
             listed = ", ".join(f"{p} ({type(model.get_submodule(p)).__name__})" for p in off[:3])
@@ -253,11 +250,11 @@ def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
             return [Finding("mode", "(model)", "an evaluation step ran in train() mode",
                             f"step {rec.index} ran the model's forward with no backward while model.training was "
                             f"True: {names} drop units / update running statistics as in training",
-                            "call model.eval() before evaluating (and model.train() after)", rec.index)]
+                            fix_for("mode"), rec.index)]
     return []
 
 
-def not_a_parameter(model: nn.Module, records: list[StepRecord] = (),  # type: ignore[assignment]
+def not_a_parameter(model: nn.Module, records: Sequence[StepRecord] = (),
                     optimizers: Iterable[torch.optim.Optimizer] = ()) -> list[Finding]:
     """Weights ``parameters()`` misses (:mod:`gradviz_nb.doctor.registration`): a leaf tensor that requires
     grad kept as a plain attribute, in a plain list / dict, or as a buffer, and modules in a plain container.
@@ -321,7 +318,7 @@ def inplace_finding(err: BaseException, writes: list[InplaceWrite], index: int) 
     m = _INPLACE.search(text)
     if m is None:
         return Finding("inplace", "(unknown op)", "an in-place op overwrote a tensor saved for backward",
-                       text.splitlines()[0], "replace the in-place op (x.add_(...)) by its out-of-place form", index)
+                       text.splitlines()[0], fix_for("inplace"), index)
     shape = tuple(int(d) for d in m.group(1).split(",") if d.strip())
     output, made_by, version = int(m.group(2)), m.group(3), int(m.group(4))
     # PyTorch names the node by its forward op ("Sigmoid") or its node name ("AddmmBackward0")
@@ -332,7 +329,7 @@ def inplace_finding(err: BaseException, writes: list[InplaceWrite], index: int) 
     if hit is None:
         return Finding("inplace", made_by, f"an in-place op overwrote {saved}, which backward needs",
                        f"PyTorch: version {version}, expected {m.group(5)}; gv.capture saw no in-place op on it "
-                       "(it ran outside the captured forward)", "use the out-of-place form of the op", index)
+                       "(it ran outside the captured forward)", fix_for("inplace"), index)
     where = f" in module {hit.where!r}" if hit.where else ""
     return Finding("inplace", f"{hit.op}{where}", f"{hit.op} at {hit.line or 'an unknown line'}{where} overwrote "
                    f"{saved}, which backward needs", f"the tensor made by {made_by} was saved for backward (by "

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.observe import StepRecord
 from gradviz_nb.doctor.steps import Backward, Foreign, OptimizerStep
+from gradviz_nb.kinds import fix_for
 
 if TYPE_CHECKING:
     from gradviz_nb.doctor.checks import Observed
@@ -109,7 +110,7 @@ def check_double_backward(obs: Observed) -> list[Finding]:
                 f"losses {losses}); |g| of one backward {_g(_norm(first.contrib[n] for n in shared))}, |g| the "
                 f"step used {_g(_norm(step.grad[n] for n in shared))} over {len(shared)} parameters"
                 + _update_text(step, shared, first.contrib),
-                "call backward() once per optimizer step (sum the losses first, or divide each)", rec.index)]
+                fix_for("double-backward"), rec.index)]
     return []
 
 
@@ -203,8 +204,7 @@ def check_zero_grad_before_step(obs: Observed) -> list[Finding]:
                 f"{len(names)} parameters a gradient (e.g. {n}: |g| {got}), then {who} ran; at "
                 f"{step.label}.step() their .grad was {step.zeroed[n]}, so they did not move (not unused: "
                 "the gradient reached them)",
-                "call optimizer.zero_grad() before backward() (or after step()), never between backward() and step()",
-                rec.index)]
+                fix_for("zero-grad-before-step"), rec.index)]
     return []
 
 
@@ -227,7 +227,7 @@ def check_recreated(obs: Observed) -> list[Finding]:
                 "steps the old one", f"at step {rec.index}, model.{n} was a different object after the step ran "
                 f"than before it; the new one got a gradient (|g| {_g(got)}), no optimizer holds it"
                 f"{f' ({holders[0]} holds the original, which the step never updates)' if holders else ''}",
-                "create parameters once in __init__, never inside forward()", rec.index))
+                fix_for("recreated-parameter"), rec.index))
     out += _recreated_locals(obs)
     return out
 
@@ -248,7 +248,6 @@ def _recreated_locals(obs: Observed) -> list[Finding]:
                 "recreated-parameter", f.call, f"a new nn.Parameter {shape} is made in forward at every call: "
                 "no optimizer can hold it", f"the nn.Parameter {shape} that {f.call} used at step {rec.index} was a "
                 f"different object than at step {rec.index - 1}; it got a gradient (|g| {_g(f.grad)}) that no "
-                "optimizer.step() can use", "create parameters once in __init__, never inside forward()",
-                rec.index)]
+                "optimizer.step() can use", fix_for("recreated-parameter"), rec.index)]
         prev.update(now)
     return []

@@ -11,18 +11,9 @@ from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.nodes import origin_node
 from gradviz_nb.doctor.observe import StepRecord
 from gradviz_nb.doctor.state import TrainingState
+from gradviz_nb.kinds import nan_fix
 
-__all__ = ["NAN_FIX", "nan_origin"]
-
-
-NAN_FIX = {
-    "log(0)": "clamp the log's input: torch.log(x.clamp_min(eps)), or use log_softmax / logsumexp",
-    "log of a negative": "clamp the log's input to be positive, or fix the sign upstream",
-    "0/0": "add an epsilon to the divisor (x / (x.norm() + eps)) or torch.nn.functional.normalize",
-    "division by zero": "add an epsilon to the divisor, or mask zero rows",
-    "exp overflow": "subtract the max before exp (torch.softmax / logsumexp do it for you)",
-    "sqrt of a negative": "clamp before sqrt: torch.sqrt(x.clamp_min(0) + eps)",
-}
+__all__ = ["nan_origin"]
 
 
 def nan_origin(step: Callable[[], Any], model: nn.Module, saved: TrainingState, bad: StepRecord) -> Finding:
@@ -45,15 +36,6 @@ def nan_origin(step: Callable[[], Any], model: nn.Module, saved: TrainingState, 
     where = found.module or "(top level)"
     return Finding("nan-origin", f"{found.op} in {where}", f"{found.kind} born in the {found.phase} pass: "
                    f"{found.cause}", "; ".join(line.strip() for line in found.summary().splitlines()),
-                   NAN_FIX.get(found.cause, "guard the op's input (clamp, add an epsilon, or mask before it)"),
+                   nan_fix(found.cause),
                    bad.index, origin_node(bad, found.module, found.node or found.op))
 
-
-_NAN_FIX = {
-    "log(0)": "clamp the log's input: torch.log(x.clamp_min(eps)), or use log_softmax / logsumexp",
-    "log of a negative": "clamp the log's input to be positive, or fix the sign upstream",
-    "0/0": "add an epsilon to the divisor (x / (x.norm() + eps)) or torch.nn.functional.normalize",
-    "division by zero": "add an epsilon to the divisor, or mask zero rows",
-    "exp overflow": "subtract the max before exp (torch.softmax / logsumexp do it for you)",
-    "sqrt of a negative": "clamp before sqrt: torch.sqrt(x.clamp_min(0) + eps)",
-}

@@ -27,6 +27,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -44,13 +45,13 @@ _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
 
 def caller_line() -> str:
     """``file.py:LINE`` of the innermost frame outside torch and gradviz_nb (the user's code)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         inside_lib = path.startswith(_HERE) and "bugzoo" not in path
         if not inside_lib and not path.startswith(_TORCH) and not path.startswith("<"):
             return f"{os.path.basename(path)}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return ""
 
 

@@ -26,7 +26,7 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import Kind
 from gradviz_nb.probes.causes import Cause, adapter_switch_reasons, events_from_ghosts, explain, grad_status
 from gradviz_nb.probes.sandbox import sandbox
-from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
+from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, typed_torch
 from gradviz_nb.tracing.capture import recent_evidence
 from gradviz_nb.tracing.evidence import Evidence
 
@@ -241,6 +241,6 @@ def _observed(model: nn.Module, name: str, fn: Callable[[], Any]) -> Why:
             raise GradvizError(f"fn must return the loss tensor, got {type(loss).__name__}.")
         graph = trace(loss, model=model, capture=cap) if loss.grad_fn is not None else None
         if loss.requires_grad:
-            loss.backward(torch.ones_like(loss))  # type: ignore[no-untyped-call]
+            typed_torch.backward(loss, torch.ones_like(loss))
         status = grad_status(p)
         return analyse(name, graph=graph, model=model, cap=cap, fn=fn, status=status)

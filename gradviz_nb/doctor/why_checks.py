@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.why import Why, analyse, remember
+from gradviz_nb.kinds import fix_for
 from gradviz_nb.probes.causes import TINY
 from gradviz_nb.probes.flow import Flag
 
@@ -43,8 +44,7 @@ def no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
     w = step_why(rec, f.target, ("none", ".grad is None after the step's backward"))
     if w.kind is None or w.kind in ("unused-parameter", "vanishing"):
         return Finding("unused-parameter", f.target, UNUSED, f"{w.cause}; {w.evidence}",
-                       "use it in the loss, set requires_grad_(False), or DDP(find_unused_parameters=True)",
-                       rec.index, w.node)
+                       fix_for("unused-parameter"), rec.index, w.node)
     return Finding(w.kind, f.target, w.cause, w.evidence, w.fix, rec.index, w.node)
 
 

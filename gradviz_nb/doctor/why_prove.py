@@ -23,8 +23,9 @@ from torch.overrides import TorchFunctionMode
 from gradviz_nb import schema
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.sandbox import sandbox
+from gradviz_nb.tracing import typed_torch
 from gradviz_nb.tracing.evidence import WATCHED, Evidence
-from gradviz_nb.tracing.ghosts import _DATA_GETTER, user_line
+from gradviz_nb.tracing.ghosts import DATA_GETTER, user_line
 
 if TYPE_CHECKING:
     from gradviz_nb.doctor.why import Why
@@ -82,7 +83,7 @@ class _Fix(TorchFunctionMode):
         e = self.event
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if first is not None and e.kind in ("detached", "data-access") and (
-                func is torch.Tensor.detach or getattr(func, "__self__", None) is _DATA_GETTER) and \
+                func is torch.Tensor.detach or getattr(func, "__self__", None) is DATA_GETTER) and \
                 user_line() == e.line:
             self.hits += 1
             return first
@@ -165,7 +166,7 @@ def _run(fn: Callable[[], Any], p: torch.Tensor, model: nn.Module, rng: torch.Te
     if not isinstance(loss, torch.Tensor):
         raise GradvizError(f"fn must return the loss tensor, got {type(loss).__name__}.")
     if loss.requires_grad:
-        loss.backward(torch.ones_like(loss))  # type: ignore[no-untyped-call]
+        typed_torch.backward(loss, torch.ones_like(loss))
     g = p.grad
     return None if g is None else float(g.detach().double().norm())
 

@@ -53,7 +53,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.modules.module as module_globals
@@ -96,7 +96,7 @@ def _hook_dicts(owner: object, names: Iterable[str]) -> list[tuple[MutableMappin
     for name in names:
         d = getattr(owner, name, None)
         if type(d) in _DICTS or isinstance(d, MutableMapping):
-            out.append((d, dict(d) if d else {}))  # type: ignore[arg-type]  # a MutableMapping by the test
+            out.append((cast(MutableMapping[Any, Any], d), dict(d) if d else {}))  # a MutableMapping by the test
     return out
 
 

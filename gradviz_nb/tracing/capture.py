@@ -27,7 +27,8 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.compiled import compiling, real_named_modules, unwrap_compiled
 from gradviz_nb.tracing.evidence import Evidence
-from gradviz_nb.tracing.ghosts import ForwardObserver, Ghost, InplaceWrite
+from gradviz_nb.tracing.ghosts import Ghost
+from gradviz_nb.tracing.observer import ForwardObserver, InplaceWrite
 from gradviz_nb.validate import boolean, module, positive_int
 
 
@@ -137,7 +138,7 @@ class Capture:
         if self._handles:
             return self
         if self._observer is not None:
-            self._observer.__enter__()  # type: ignore[no-untyped-call]
+            self._observer.start()
             inner = self._model_ref()  # held weakly: the record of recent captures never keeps a model alive
             held: Callable[[], nn.Module | None] = weakref.ref(inner) if inner is not None else (lambda: None)
             _RECENT.append(_Span(_sequence_counter(), None, self._observer.events, held))
@@ -169,7 +170,7 @@ class Capture:
 
     def stop(self) -> None:
         if self._observer is not None and self._handles:
-            self._observer.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+            self._observer.stop()
             for span in _RECENT:
                 if span.events is self._observer.events and span.end is None:
                     span.end = _sequence_counter()

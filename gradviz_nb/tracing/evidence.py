@@ -2,7 +2,7 @@
 
 The backward graph cannot show a value that left it (``.item()``, ``.tolist()``, a numpy round trip, an
 integer cast, a comparison), a region run under ``torch.no_grad()``, how saturated an activation was, or
-what a tensor hook did to the gradient. :class:`~gradviz_nb.tracing.ghosts.ForwardObserver` sees each of
+what a tensor hook did to the gradient. :class:`~gradviz_nb.tracing.observer.ForwardObserver` sees each of
 these as a torch call and records an :class:`Evidence` with the module, the user's source line and the
 measured numbers.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -130,7 +131,7 @@ def hook_wrapper(hook: Callable[[torch.Tensor], Any], event: Evidence) -> Callab
             event._stats = torch.stack([grad.detach().float().norm(), after.detach().float().norm()])
         return result
 
-    measured.__wrapped__ = hook  # type: ignore[attr-defined]
+    vars(measured)["__wrapped__"] = hook  # what inspect.unwrap follows to the user's hook
     return measured
 
 
@@ -143,7 +144,7 @@ def hook_name(hook: Any) -> str:
 def checkpoint_call_line(is_library: Callable[[str], bool]) -> str:
     """``file:line`` of the user's ``checkpoint(...)`` call when the current frame runs inside a reentrant
     checkpoint's forward (``CheckpointFunction.forward``), else ``""``."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     inside = False
     while frame is not None:
         code = frame.f_code
@@ -152,5 +153,5 @@ def checkpoint_call_line(is_library: Callable[[str], bool]) -> str:
                 "ctx" in frame.f_locals and "run_function" in frame.f_locals
         elif not is_library(code.co_filename):
             return f"{code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return ""

@@ -11,7 +11,7 @@ lists exactly them, and validates real traces against them with :func:`schema_pr
 import functools
 import types
 import typing
-from typing import Any, Literal, NotRequired, Required, TypedDict, Union
+from typing import Any, Literal, NotRequired, Required, TypedDict, Union, cast
 
 import networkx as nx
 
@@ -51,7 +51,7 @@ class NodeData(TypedDict):
     seq: int  # autograd sequence number (-1 for leaves and roots)
     saved: list[SavedData]
     value: list[float] | None  # forward values of small tensors, where known
-    stats: NotRequired[TensorSummary | None]  # leaves over SMALL_VALUE elements: first values, statistics
+    stats: NotRequired[TensorSummary | None]  # leaves over SMALL elements: first values, statistics
     grad: NotRequired[TensorSummary | None]  # leaves: their .grad when traced (None: it was None)
     compiled: NotRequired[bool]  # a torch.compile region (CompiledFunctionBackward): its ops are not autograd nodes
     distributed: NotRequired[str]  # a data-parallel engine's node ("fsdp2", "ddp", "dtensor")
@@ -172,7 +172,7 @@ def _records_of(hint: Any) -> type | None:
     """The TypedDict ``X`` when ``hint`` is ``list[X]`` or ``dict[str, X]``, else None."""
     origin, args = _parts(hint)  # get_type_hints already dropped Required/NotRequired
     if origin in (list, dict) and args and typing.is_typeddict(args[-1]):
-        return args[-1]  # type: ignore[no-any-return]
+        return cast(type, args[-1])
     return None
 
 

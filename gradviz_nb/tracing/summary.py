@@ -1,6 +1,6 @@
 """What the details panel shows of a leaf tensor and its ``.grad``: the first values and exact statistics
 (norm, mean, std, min, max, how many are not finite), computed ON DEMAND when a node is selected (the
-trace itself reads no values but those of tiny tensors, ``SMALL_VALUE`` elements at most).
+trace itself reads no values but those of tiny tensors, ``SMALL`` elements at most).
 
 Cost, measured on one core (float32): four vectorized reductions straight on the tensor, in its own dtype
 and without any copy (``sum``, ``amax``, ``amin`` and the 2-norm: about 1 ns per element for all four, 40 ms
@@ -29,8 +29,7 @@ from typing import TypedDict
 import torch
 from torch import nn
 
-from gradviz_nb.tracing.ghosts import SMALL_VALUE
-
+SMALL = 64  # tensors of at most this many elements are kept whole: forward values in a trace, gradients recorded
 HEAD = 8  # first values shown of a tensor too large to show whole
 EXACT_MAX = 1 << 16  # tensors up to this many elements: float64 statistics (see the module doc)
 STATS_MAX = 1 << 20  # ahead-of-time summaries (Summarizer): only tensors up to this many elements
@@ -40,7 +39,7 @@ _INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 class TensorSummary(TypedDict):
     """A tensor in a few numbers. ``head``: its first values in row-major order (all of them when
-    ``numel <= SMALL_VALUE``, else the first ``HEAD``), non-finite ones as ``"NaN"`` / ``"Infinity"`` /
+    ``numel <= SMALL``, else the first ``HEAD``), non-finite ones as ``"NaN"`` / ``"Infinity"`` /
     ``"-Infinity"``. Statistics are over the finite elements (``nonfinite`` counts the others); ``None``
     with ``skipped`` saying why when not computed."""
 
@@ -95,7 +94,7 @@ def summarize(t: torch.Tensor | None) -> TensorSummary | None:
     with torch.no_grad():
         t = t.detach()
         n = t.numel()
-        head = [_json_float(float(x)) for x in _head(t, n if n <= SMALL_VALUE else min(HEAD, n))]
+        head = [_json_float(float(x)) for x in _head(t, n if n <= SMALL else min(HEAD, n))]
         empty: TensorSummary = {"numel": n, "head": head, "norm": None, "mean": None, "std": None,
                                 "min": None, "max": None, "nonfinite": None, "skipped": ""}
         if not (t.is_floating_point() or t.dtype in _INTS):

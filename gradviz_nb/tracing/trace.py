@@ -15,8 +15,9 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.capture import Attribution, Capture, ModuleCall, watched
 from gradviz_nb.tracing.compiled import annotate_compiled, real_name, unwrap_compiled
 from gradviz_nb.tracing.distributed import annotate_distributed
-from gradviz_nb.tracing.ghosts import SMALL_VALUE, Ghost
+from gradviz_nb.tracing.ghosts import Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
+from gradviz_nb.tracing.summary import SMALL
 from gradviz_nb.tracing.walk import RawNode, short_op, walk
 from gradviz_nb.validate import instance, tensor_mapping
 
@@ -131,7 +132,7 @@ def _small(t: torch.Tensor) -> list[float] | None:
     Only metadata, never values, of tensor subclasses (FSDP2's ``DTensor`` shards: reading one would be a
     collective) and of tensors whose storage is not allocated (FSDP2's unsharded parameters outside
     forward are resized to zero bytes)."""
-    if t.numel() > SMALL_VALUE or type(t) not in (torch.Tensor, nn.Parameter):
+    if t.numel() > SMALL or type(t) not in (torch.Tensor, nn.Parameter):
         return None
     if t.is_meta or t.layout != torch.strided or t.is_complex():  # no data / not a list of real numbers
         return None

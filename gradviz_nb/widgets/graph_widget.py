@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import anywidget
 import torch
 from torch import nn
 
-from gradviz_nb.analysis.checkpointing import CheckpointPlan, checkpoint_what_if
+from gradviz_nb.analysis.checkpointing import CheckpointPlan
 from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward import BackwardRecording, Stop
-from gradviz_nb.probes.rerun import Rerunnable, verify_checkpoint
+from gradviz_nb.probes.rerun import Rerunnable
 from gradviz_nb.tracing import Capture
 from gradviz_nb.validate import function, model_or_none, tensor_mapping
 from gradviz_nb.widgets.page.contract import Empty, PageReply, Traits
@@ -24,19 +24,14 @@ from gradviz_nb.widgets.page.finite_json import finite_json
 from gradviz_nb.widgets.page.lazy import LazyGraph
 from gradviz_nb.widgets.page.messages import Body, dispatch, load_body
 from gradviz_nb.widgets.page.state import Snapshot, build, snapshot
-from gradviz_nb.widgets.page.toggles import toggle_args
 from gradviz_nb.widgets.page.traits import PageTrait
 from gradviz_nb.widgets.page.values import values_body
 from gradviz_nb.widgets.page.why import why_body
+from gradviz_nb.widgets.questions import ask
+from gradviz_nb.widgets.questions import verify as verify_question
 from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
-_NO_CHECKPOINT_RESULT: dict[str, Any] = {
-    "predicted_bytes": 0, "measured_bytes": 0, "predicted_before": 0, "measured_before": 0, "rng_bytes": 0,
-    "frames": 0, "predicted_recomputed": 0, "measured_recomputed": 0, "predicted_recomputed_flops": 0,
-    "measured_recomputed_flops": 0, "predicted_lost": [], "actual_lost": [], "agree": False, "checked": [],
-    "unchecked": [],
-}
 
 
 def _cell_holds(cell: Any, obj: object) -> bool:
@@ -237,23 +232,24 @@ class GraphWidget(anywidget.AnyWidget):
         widget._rerun = rerun
         return widget
 
+    def predict(self, question: str) -> Any:
+        """Python's prediction for a question's current marks (``"whatif"``: :attr:`toggles`,
+        ``"checkpoint"``: :attr:`checkpoints`; see :mod:`gradviz_nb.widgets.questions`), as the page computes it."""
+        q = ask(question)
+        return q.predict(self.graph, getattr(self, q.marks))
+
+    def verify(self, question: str = "whatif") -> dict[str, Any]:
+        """Re-run ``fn`` (only for :meth:`from_fn`) with the question's marks really applied, in the sandbox,
+        and compare with the prediction; the record goes to the question's result trait (:attr:`verified`
+        for ``"whatif"``, :attr:`checkpoint_verified` for ``"checkpoint"``) and is returned."""
+        q = ask(question)
+        result = verify_question(q, self._rerun, self.graph, getattr(self, q.marks))
+        setattr(self, q.result, result)
+        return cast(dict[str, Any], getattr(self, q.result))
+
     def what_if(self) -> WhatIf:
         """Python's answer to the current :attr:`toggles` (the page computes the same, instantly)."""
-        return self.graph.what_if(*toggle_args(self.graph, self.toggles))
-
-    def verify(self) -> dict[str, Any]:
-        """Re-run ``fn`` with the current toggles (only for :meth:`from_fn`); sets :attr:`verified`."""
-        if self._rerun is None:
-            raise GradvizError("verify needs a re-runnable widget: build it with GraphWidget.from_fn(fn, model=...).")
-        toggles = {"detach": list(self.toggles.get("detach", [])), "freeze": list(self.toggles.get("freeze", []))}
-        try:
-            result = self._rerun.verify(*toggle_args(self.graph, toggles))
-        except Exception as err:  # shown in the page; the user's state was restored by the re-run
-            result = {"predicted_lost": [], "actual_lost": [], "agree": False, "unverifiable": [],
-                      "error": f"{type(err).__name__}: {err}"}
-        self.verified = {"toggles": toggles, **result}
-        verified: dict[str, Any] = self.verified
-        return verified
+        return cast(WhatIf, self.predict("whatif"))
 
     def run_to(self, rec: BackwardRecording, rule: str = "", *, threshold: float | None = None, module: str = "",
                leaf: str = "") -> Stop:
@@ -270,34 +266,22 @@ class GraphWidget(anywidget.AnyWidget):
 
     def checkpoint_what_if(self) -> CheckpointPlan:
         """Python's answer to the current :attr:`checkpoints` marks (the page computes the same, instantly)."""
-        return checkpoint_what_if(self.graph, self.checkpoints)
+        return cast(CheckpointPlan, self.predict("checkpoint"))
 
     def verify_checkpoint(self) -> dict[str, Any]:
-        """Re-run ``fn`` with the marked calls really checkpointed (only for :meth:`from_fn`) and compare saved
-        bytes, recomputed ops and lost gradients with the prediction; sets :attr:`checkpoint_verified`.
-        Example::
+        """``verify("checkpoint")``: saved bytes, recomputed ops and lost gradients of the marked calls really
+        checkpointed, against the prediction. Example::
 
             w = gv.GraphWidget.from_fn(lambda: gpt2_loss(model), model=model)
             w.checkpoints = {"blocks.0": "non_reentrant", "blocks.2": "reentrant"}
             w.verify_checkpoint()["agree"]   # True
         """
-        if self._rerun is None:
-            raise GradvizError("verify_checkpoint needs a re-runnable widget: build it with "
-                               "GraphWidget.from_fn(fn, model=...).")
-        marks = dict(self.checkpoints)
-        try:
-            result = verify_checkpoint(self._rerun, marks)
-        except GradvizError:
-            raise
-        except Exception as err:  # shown in the page; the user's state was restored by the re-run
-            result = {**_NO_CHECKPOINT_RESULT, "marks": marks, "error": f"{type(err).__name__}: {err}"}
-        self.checkpoint_verified = result
-        return result
+        return self.verify("checkpoint")
 
     def page_state(self) -> Traits:
         """The synced traits as the page sees them (``contract.Traits``), as plain values."""
         state: dict[str, Any] = {name: getattr(self, name) for name in Traits.__annotations__}
-        return state  # type: ignore[return-value]
+        return cast(Traits, state)
 
     def page_snapshot(self, **traits: Any) -> Snapshot:
         """This view's current state (with ``traits`` converted over it) and the answers to the requests
@@ -332,7 +316,7 @@ class GraphWidget(anywidget.AnyWidget):
             w.answer({"id": 1, "kind": "load", "body": {"calls": ["blocks.0"]}})["body"]["chunks"]
         """
         return dispatch(message, {"load": self._load, "verify": self._verify_request, "values": self._values,
-                                  "why": self._why, "checkpoint": self._checkpoint_request})
+                                  "why": self._why})
 
     def _on_page_message(self, _: Any, content: Any, buffers: Any) -> None:
         # The comm calls this with whatever the page sent: `answer` logs and drops what is malformed.
@@ -350,11 +334,9 @@ class GraphWidget(anywidget.AnyWidget):
         return why_body(self._why_source, self.graph, body)  # the doctor's why, imported when first asked
 
     def _verify_request(self, body: Mapping[str, Any]) -> Empty:
-        self.verify()  # raises GradvizError (sent back as the reply's error) when there is nothing to re-run
-        return {}
-
-    def _checkpoint_request(self, body: Mapping[str, Any]) -> Empty:
-        self.verify_checkpoint()  # the result arrives in the checkpoint_verified trait
+        # {"question": name}; the result arrives in the question's trait. A GradvizError (nothing to re-run,
+        # an unknown question) is sent back as the reply's error.
+        self.verify(body.get("question", "whatif"))
         return {}
 
     # --- static fallback (gradviz_nb/widgets/static_fallback.py) -------------------------------------

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -334,15 +334,16 @@ def fallback_html(widget: GraphWidget) -> str:
 
 def display_with_fallback(widget: GraphWidget) -> None:
     """Display ``widget`` as usual, then its hidden static picture as a second output."""
-    from IPython.display import display
+    from IPython.display import display as untyped_display
 
+    display: Callable[..., object] = untyped_display  # IPython is untyped here
     bundle = widget._repr_mimebundle_()  # anywidget: (data, metadata), or None without a view
     if bundle is None:
         return
     data, metadata = bundle
-    display(data, metadata=metadata, raw=True)  # type: ignore[no-untyped-call]  # IPython is untyped
+    display(data, metadata=metadata, raw=True)
     try:
         picture = fallback_html(widget)
     except Exception as err:  # the live widget is already shown; a failed picture must not hide it
         picture = f'<div class="{CSS_CLASS}" style="display:none">no static picture: {html.escape(repr(err))}</div>'
-    display({"text/html": picture, "text/plain": ""}, raw=True)  # type: ignore[no-untyped-call]
+    display({"text/html": picture, "text/plain": ""}, raw=True)

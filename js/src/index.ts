@@ -37,10 +37,20 @@ function render(props: Pick<RenderProps<Traits>, "model" | "el">): () => void {
   }
 }
 
-function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
-  // Every trait is validated before the code below reads it; listeners and handlers run guarded.
-  const errorBox = createErrorBox();
-  const { model, run, checkAll } = guardModel(raw, errorBox);
+/** The widget's DOM shell: the root (holding the style element), and the canvas, spinner and body the
+ *  view and panels go into; feature rows under the toolbar (`top`) and the side column (`side`: the
+ *  findings sit beside the graph, or above it when the cell is too narrow for both, by flex-wrap). */
+interface Shell {
+  root: HTMLElement;
+  style: HTMLStyleElement;
+  canvas: HTMLElement;
+  spinner: HTMLElement;
+  body: HTMLElement;
+  top: HTMLElement;
+  side: HTMLElement;
+}
+
+function buildShell(el: HTMLElement): Shell {
   const root = h("div", { class: "gradviz-root", "data-testid": "gradviz-root" });
   const style = document.createElement("style");
   const canvas = h("div", { class: "gradviz-canvas", "data-testid": "gradviz-canvas" });
@@ -49,6 +59,72 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   const body = h("div", { class: "gradviz-body" }, canvas, spinner);
   root.append(style);
   el.append(root);
+  return { root, style, canvas, spinner, body, top: h("div", { class: "gradviz-top" }), side: h("div", { class: "gradviz-side" }) };
+}
+
+type Guard = ReturnType<typeof guardModel>["run"];
+
+/** Every feature of `features/index.ts`, built on the core; their CSS and Cytoscape styles applied, and
+ *  re-applied when the notebook's theme changes. Returns the features and what stops the theme watch. */
+function installFeatures(core: Core, slots: Slots, style: HTMLStyleElement, theme: Theme, run: Guard): { features: Feature[]; stopTheme: () => void } {
+  const features: Feature[] = FEATURES.map((make) => make(core, slots) as Feature);
+  core.features = features;
+  watchCamera(core);
+  style.textContent = [css, ERROR_BOX_CSS, ...features.map((f) => f.css ?? "")].join("\n");
+  // The first feature wins, so its rules go last.
+  const restyle = (t: Theme): void => core.view.setStyles(t, [...features].reverse().flatMap((f) => f.styles?.(t) ?? []));
+  restyle(theme);
+  let font = theme.fontFamily;
+  const stopTheme = watchTheme(core.root, theme, run("a theme change", (t: Theme) => {
+    restyle(t);
+    core.root.dataset.theme = t.dark ? "dark" : "light";
+    if (t.fontFamily !== font) {
+      font = t.fontFamily;
+      void relayout(core, {}); // node sizes are measured in the font
+    } else repaint(core); // legends and features' palettes follow
+  }));
+  core.root.dataset.theme = theme.dark ? "dark" : "light";
+  return { features, stopTheme };
+}
+
+/** The page's own events: keys, focus on click, the synced traits, the pointer leaving the canvas, and
+ *  resizes (a side panel may have moved under the canvas, or back beside it: the height follows).
+ *  Returns what removes them all. */
+function listen(core: Core, shell: Shell, run: Guard, setHeight: () => void): () => void {
+  const { root, canvas, body } = shell;
+  const onKey = run("a key", (e: KeyboardEvent) => pressKey(core, e));
+  const onPointerDown = run("the pointer", (e: Event) => {
+    const tag = (e.target as HTMLElement | null)?.tagName ?? "";
+    if (!["BUTTON", "INPUT", "SELECT", "TEXTAREA", "OPTION"].includes(tag)) root.focus({ preventScroll: true });
+  });
+  root.addEventListener("keydown", onKey);
+  // Cytoscape blurs the focused element on mousedown: take the focus when the button comes up.
+  root.addEventListener("pointerup", onPointerDown, { capture: true });
+  const disconnect = connectTraits(core, setHeight);
+  const hideTooltip = (): void => core.tooltip.hide();
+  canvas.addEventListener("mouseleave", hideTooltip);
+  const resizeObserver = new ResizeObserver(run("a resize", () => {
+    core.view.resize();
+    followPanels(core);
+  }));
+  resizeObserver.observe(body);
+  return () => {
+    disconnect();
+    root.removeEventListener("keydown", onKey);
+    root.removeEventListener("pointerup", onPointerDown, { capture: true });
+    canvas.removeEventListener("mouseleave", hideTooltip);
+    resizeObserver.disconnect();
+  };
+}
+
+/** The core's parts (view, toolbar, details, legend, tooltip) wired to it, the features on it, and the
+ *  first drawing; returns the teardown. */
+function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "el">): () => void {
+  // Every trait is validated before the code below reads it; listeners and handlers run guarded.
+  const errorBox = createErrorBox();
+  const { model, run, checkAll } = guardModel(raw, errorBox);
+  const shell = buildShell(el);
+  const { root, canvas, spinner, body, top, side } = shell;
 
   // The callbacks run after `core` exists (on user events), so they may name it here.
   const theme = readTheme(root);
@@ -86,53 +162,16 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
     view.setBottomReserve(legend.element.hidden ? 0 : legend.element.offsetHeight + 8);
   });
   const tooltip = createTooltip();
-  // Feature rows under the toolbar, and the side column: the findings sit beside the graph, or above
-  // it when the cell is too narrow for both (flex-wrap).
-  const top = h("div", { class: "gradviz-top" });
-  const side = h("div", { class: "gradviz-side" });
   body.append(details.element, legend.element, tooltip.element);
-  const main = h("div", { class: "gradviz-main" }, side, body);
-  root.append(toolbar.element, toolbar.status.element, top, errorBox.element, main);
+  root.append(toolbar.element, toolbar.status.element, top, errorBox.element, h("div", { class: "gradviz-main" }, side, body));
   root.tabIndex = 0;
   // JupyterLab must not take the keys we handle while the widget has focus.
   root.setAttribute("data-lm-suppress-shortcuts", "true");
 
   const core: Core = createCore(model, { root, body, spinner, view, toolbar, details, legend, tooltip });
-  const slots: Slots = { top, side, body, tools: toolbar.tools };
-  const features: Feature[] = FEATURES.map((make) => make(core, slots) as Feature);
-  core.features = features;
-  watchCamera(core);
-  style.textContent = [css, ERROR_BOX_CSS, ...features.map((f) => f.css ?? "")].join("\n");
-  // The first feature wins, so its rules go last.
-  const restyle = (t: Theme): void => view.setStyles(t, [...features].reverse().flatMap((f) => f.styles?.(t) ?? []));
-  restyle(theme);
-  let font = theme.fontFamily;
-  const stopTheme = watchTheme(root, theme, run("a theme change", (t: Theme) => {
-    restyle(t);
-    root.dataset.theme = t.dark ? "dark" : "light";
-    if (t.fontFamily !== font) {
-      font = t.fontFamily;
-      void relayout(core, {}); // node sizes are measured in the font
-    } else repaint(core); // legends and features' palettes follow
-  }));
-  root.dataset.theme = theme.dark ? "dark" : "light";
-
+  const { features, stopTheme } = installFeatures(core, { top, side, body, tools: toolbar.tools }, shell.style, theme, run);
   const setHeight = (): void => applyHeight(core);
-  const onKey = run("a key", (e: KeyboardEvent) => pressKey(core, e));
-  const onPointerDown = run("the pointer", (e: Event) => {
-    const tag = (e.target as HTMLElement | null)?.tagName ?? "";
-    if (!["BUTTON", "INPUT", "SELECT", "TEXTAREA", "OPTION"].includes(tag)) root.focus({ preventScroll: true });
-  });
-  root.addEventListener("keydown", onKey);
-  // Cytoscape blurs the focused element on mousedown: take the focus when the button comes up.
-  root.addEventListener("pointerup", onPointerDown, { capture: true });
-  const disconnect = connectTraits(core, setHeight);
-  const hideTooltip = (): void => tooltip.hide();
-  canvas.addEventListener("mouseleave", hideTooltip);
-  // A side panel may have moved under the canvas (or back beside it): the height follows.
-  const resizeObserver = new ResizeObserver(run("a resize", () => (view.resize(), followPanels(core))));
-  resizeObserver.observe(body);
-
+  const unlisten = listen(core, shell, run, setHeight);
   const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as GradvizHooks;
   (root as HTMLElement & { __gradviz?: GradvizHooks }).__gradviz = hooks;
 
@@ -144,15 +183,11 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   })();
 
   return () => {
-    disconnect();
+    unlisten();
     stopTheme();
     core.loader.dispose();
     core.messenger.dispose();
     for (const f of features) f.dispose?.();
-    root.removeEventListener("keydown", onKey);
-    root.removeEventListener("pointerup", onPointerDown, { capture: true });
-    canvas.removeEventListener("mouseleave", hideTooltip);
-    resizeObserver.disconnect();
     view.destroy();
     root.remove();
   };

@@ -132,13 +132,19 @@ export interface Wiring {
 
 /** Page -> Python, one envelope for every request: `id` (unique per widget) comes back in the reply.
  *  "load" (lazy mode): send me the records of these calls' direct member nodes; "verify": re-run
- *  the model with the current toggles (the result arrives in the `verified` trait); "values": the
- *  selected leaf's value and .grad summaries, read now (the trace computes none); "why": why that leaf's
- *  gradient is what it is (gradviz_nb.doctor.why), body `ValuesBody` too. */
+ *  the model with a question's marks applied (`VerifyBody`; the result arrives in that question's trait:
+ *  `verified` for "whatif", `checkpoint_verified` for "checkpoint"); "values": the selected leaf's value and
+ *  .grad summaries, read now (the trace computes none); "why": why that leaf's gradient is what it is
+ *  (gradviz_nb.doctor.why), body `ValuesBody` too. */
 export interface PageRequest {
   id: number;
-  kind: "load" | "verify" | "values" | "why" | "checkpoint";
-  body: LoadBody | ValuesBody | Record<string, never>;
+  kind: "load" | "verify" | "values" | "why";
+  body: LoadBody | ValuesBody | VerifyBody | Record<string, never>;
+}
+
+/** Which predict-and-verify question to verify (gradviz_nb/widgets/questions.py): "whatif", "checkpoint". */
+export interface VerifyBody {
+  question: string;
 }
 
 export interface ValuesBody {
@@ -256,8 +262,9 @@ export interface Toggles {
 
 /** The answer to a set of toggles; computed in the page and by Python's `what_if` alike. */
 export interface WhatIfAnswer {
-  /** Leaf node ids that would get no gradient. */
-  lost: string[];
+  /** Leaf node ids that would get no gradient (ids, not names: every `lost` field elsewhere holds leaf
+   *  names; Python's WhatIf has both, `lost` and `lost_ids`). */
+  lost_ids: string[];
   /** Op and leaf node ids backward would no longer run. */
   pruned: string[];
   /** Ops + leaves that still run, and their total (roots excluded). */
@@ -391,6 +398,9 @@ export interface DoctorFinding {
   fix: string;
   step: number;
   node: string;
+  /** Where a finding of this kind applies when it has no node ("the optimizer step"); "" for its target
+   * (gradviz_nb/kinds.py, KindInfo.scope: the page keeps no list of kinds). */
+  scope: string;
 }
 
 /** Every synced trait of the widget (Python's GraphWidget traits; a test compares the two). */

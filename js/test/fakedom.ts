@@ -24,10 +24,19 @@ export class FakeElement extends FakeNode {
       else set.delete(c);
       this.attrs.set("class", [...set].join(" "));
     },
+    add: (...cs: string[]): void => {
+      for (const c of cs) this.classList.toggle(c, true);
+    },
     contains: (c: string): boolean => (this.attrs.get("class") ?? "").split(" ").includes(c),
   };
   constructor(public tagName: string) {
     super();
+  }
+  get className(): string {
+    return this.attrs.get("class") ?? "";
+  }
+  set className(c: string) {
+    this.attrs.set("class", c);
   }
   setAttribute(k: string, v: string): void {
     this.attrs.set(k, v);

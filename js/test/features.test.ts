@@ -121,9 +121,9 @@ test("search: the hook ranks exact matches first; typing shows matching hits or 
 
 test("findings: one row per finding, the head counts them, the first view focuses the first on the graph", () => {
   const list: DoctorFinding[] = [
-    { kind: "no-grad", target: "embed.weight", message: "no gradient", evidence: "cut", fix: "x", step: 0, node: "" },
-    { kind: "detached", target: "blocks.0", message: "detached", evidence: "detach()", fix: "y", step: 0, node: "blocks.0.fc" },
-    { kind: "nan", target: "head", message: "NaN", evidence: "log(0)", fix: "z", step: 0, node: "12" },
+    { kind: "no-grad", target: "embed.weight", message: "no gradient", evidence: "cut", fix: "x", step: 0, node: "", scope: "" },
+    { kind: "detached", target: "blocks.0", message: "detached", evidence: "detach()", fix: "y", step: 0, node: "blocks.0.fc", scope: "" },
+    { kind: "nan", target: "head", message: "NaN", evidence: "log(0)", fix: "z", step: 0, node: "12", scope: "" },
   ];
   const { core, slots, traits } = stubCore(nested(), { findings: list });
   const f = withFakeDom(() => findings(core, slots as never));
@@ -208,8 +208,8 @@ test("what-if clicks: leaf freezes, op and box detach, shift on a box freezes, s
   assert.deepEqual(clickToggles(t, callKey("head"), "expanded", true), { detach: [], freeze: ["call:head"] });
   for (const kind of ["root", "ghost", "folded"]) assert.equal(clickToggles(t, "x:1", kind, false), null);
   assert.deepEqual(clickToggles({ detach: ["5"], freeze: [] }, nodeKey("5"), "op", false), { detach: [], freeze: [] });
-  assert.deepEqual(answerCopy(evaluate(nested(), { detach: [], freeze: ["2"] })).lost, ["2"]);
-  assert.deepEqual(answerCopy(evaluate(nested(), { detach: ["call:head"], freeze: [] })).lost, ["1", "2", "3"]);
+  assert.deepEqual(answerCopy(evaluate(nested(), { detach: [], freeze: ["2"] })).lost_ids, ["2"]);
+  assert.deepEqual(answerCopy(evaluate(nested(), { detach: ["call:head"], freeze: [] })).lost_ids, ["1", "2", "3"]);
 });
 
 test("toElements: one element per item and edge, open boxes trimmed to their header, z by depth", () => {

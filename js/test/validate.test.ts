@@ -138,7 +138,7 @@ test("overlay, recording, diff, findings, verified", () => {
   assert.equal(problems("diff", { memory_total: [1] })[0].path, "diff.memory_total");
   assert.equal(problems("findings", { kind: "x" })[0].path, "findings");
   assert.equal(problems("findings", [{ kind: 3 }])[0].path, "findings[0].kind");
-  assert.deepEqual(clean("findings", [{ kind: "k", node: "n1" }])[0], { kind: "k", target: "", message: "", evidence: "", fix: "", step: -1, node: "n1" });
+  assert.deepEqual(clean("findings", [{ kind: "k", node: "n1" }])[0], { kind: "k", target: "", message: "", evidence: "", fix: "", step: -1, node: "n1", scope: "" });
   assert.equal(problems("verified", { agree: "yes" })[0].path, "verified.agree");
 });
 

@@ -64,7 +64,7 @@ def test_whatif_detach_marks_lost_leaf_and_verifies(
     nb.poll(lambda: root.evaluate(WI_JS)["lost"] == "1", 5.0, "one leaf lost after the click")
     state = nb.run_cell_json(1, "STATE")
     assert state["lost"] == ["W1"] and len(state["toggles"]["detach"]) == 1, state  # type: ignore[index]
-    w1 = root.evaluate("(r) => r.__gradviz.whatIf().lost")
+    w1 = root.evaluate("(r) => r.__gradviz.whatIf().lost_ids")
     assert len(w1) == 1
 
     # Verify by re-running PyTorch from the page's button: the kernel answers, the banner shows it.

@@ -75,7 +75,7 @@ def test_exported_page_is_interactive_offline(browser: Any, widget: gv.GraphWidg
     # A what-if detach, answered in the page, agrees with Python.
     detach = [f"call:{c}" for c in ("blocks.1",)]
     page.evaluate("(d) => window.gradvizModel.set('toggles', {detach: d, freeze: []})", detach)
-    lost = page.evaluate(f"() => {HOOK}.whatIf().lost")
+    lost = page.evaluate(f"() => {HOOK}.whatIf().lost_ids")
     assert sorted(lost) == sorted(widget.graph.what_if(detach=["blocks.1"]).lost_ids) and lost
     page.screenshot(path=str(tmp_path / "exported.png"))
     assert errors == []

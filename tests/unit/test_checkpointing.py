@@ -146,7 +146,7 @@ def test_widget_marks_trait_and_verify_request() -> None:
     assert w.checkpoint_table["ops"]
     w.checkpoints = {"blocks.0": "non_reentrant"}
     assert w.checkpoint_what_if().after < w.checkpoint_what_if().before
-    reply = w.answer({"id": 3, "kind": "checkpoint", "body": {}})
+    reply = w.answer({"id": 3, "kind": "verify", "body": {"question": "checkpoint"}})
     assert reply is not None and reply["ok"] and w.checkpoint_verified["agree"]
     with pytest.raises(GradvizError):
         w.checkpoints = {"nope": "reentrant"}

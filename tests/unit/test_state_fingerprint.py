@@ -557,7 +557,7 @@ def _widget_checkpoint(h: Host, f: Fault, _: Any, __: Path) -> None:
         calls = [c["id"] for c in w.graph.calls if c["size"] > 0]
         w.checkpoints = {calls[0]: "non_reentrant"} if calls else {}
         with f.armed():
-            reply = w.answer({"id": 1, "kind": "checkpoint", "body": {}})
+            reply = w.answer({"id": 1, "kind": "verify", "body": {"question": "checkpoint"}})
         assert reply is not None
     finally:
         w.close()

@@ -185,7 +185,7 @@ def test_page_and_python_agree(cli: Path, name: str) -> None:
     for toggles, page in zip(cases, answers, strict=True):
         detach, freeze = to_python(g, toggles)
         py = g.what_if(detach=detach, freeze=freeze)
-        assert sorted(page["lost"]) == sorted(py.lost_ids), (name, toggles)
+        assert sorted(page["lost_ids"]) == sorted(py.lost_ids), (name, toggles)
         assert sorted(page["pruned"]) == sorted(py.pruned), (name, toggles)
         assert (page["runs"], page["total"]) == (py.runs, py.total), (name, toggles)
         lost_somewhere += bool(py.lost_ids)
@@ -205,4 +205,4 @@ def test_multi_output_detach_cuts_only_that_output(cli: Path) -> None:
     one, both = f"{chunk}:0", chunk
     page_one, page_both = js_answers(cli, payload, [{"detach": [one], "freeze": []}, {"detach": [both], "freeze": []}])
     assert set(page_one["pruned"]) < set(page_both["pruned"])
-    assert sorted(page_one["lost"]) == sorted(g.what_if(detach=[(chunk, 0)]).lost_ids)
+    assert sorted(page_one["lost_ids"]) == sorted(g.what_if(detach=[(chunk, 0)]).lost_ids)

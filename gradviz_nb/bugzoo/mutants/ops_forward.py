@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from gradviz_nb.bugzoo.mutants.family import Family, family
 from gradviz_nb.bugzoo.mutants.plan import Plan, Site, patch_forward
+from gradviz_nb.tracing import typed_torch
 
 __all__ = ["FORWARD_FAMILIES"]
 
@@ -40,7 +41,7 @@ def _edit_output(variants: dict[str, Edit]) -> Callable[[Plan, Random, list[Site
 
 def _tensor_hook(t: Tensor) -> Tensor:
     if t.requires_grad:
-        t.register_hook(torch.zeros_like)  # type: ignore[no-untyped-call]
+        typed_torch.register_hook(t, torch.zeros_like)
     return t
 
 
@@ -66,7 +67,7 @@ def _zero_hooks(plan: Plan, rng: Random, sites: list[Site]) -> str | None:
     if variant == "param-hook":
         trainable = [(n, p) for n, p in plan.model.named_parameters() if p.requires_grad]
         name, p = rng.choice(trainable)
-        p.register_hook(lambda g: g * 0)  # type: ignore[no-untyped-call]
+        typed_torch.register_hook(p, lambda g: g * 0)
         return f"{name}: register_hook(lambda g: g * 0)"
     site = _site(rng, sites, lambda s: variant == "tensor-hook" or s.input_grad)
     if site is None:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from gradviz_nb.bugzoo.mutants.hosts import Host
+from gradviz_nb.tracing import typed_torch
 
 __all__ = ["Plan", "Recipe", "Setup", "Site", "build", "patch_forward", "probe_sites"]
 
@@ -80,9 +81,9 @@ def build(plan: Plan) -> Setup:
                 loss = loss + r.weight_decay * sum(p.pow(2).sum() for p in model.parameters() if p.requires_grad)
             if r.divide and r.micro > 1:
                 loss = loss / r.micro
-            loss.backward(retain_graph=r.backward_twice)  # type: ignore[no-untyped-call]
+            typed_torch.backward(loss, retain_graph=r.backward_twice)
             if r.backward_twice:
-                loss.backward()  # type: ignore[no-untyped-call]
+                typed_torch.backward(loss)
         if r.zero_grad == "between":
             opt.zero_grad()
         opt.step()

@@ -25,6 +25,7 @@ from torch import nn
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward.undo import HOOK_NODE, undone, user_hooks
+from gradviz_nb.tracing import typed_torch
 from gradviz_nb.tracing.walk import reachable
 
 __all__ = ["UNTIL", "Armed", "armed_check"]
@@ -118,7 +119,7 @@ def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str, model
         for t in leaves:
             t.grad = None
         with undone(leaves, model, hooked=hooked):
-            loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
+            typed_torch.backward(loss, grad, retain_graph=True)
     finally:
         for h in handles:
             h.remove()

@@ -22,12 +22,13 @@ from torch import nn
 from gradviz_nb.analysis.derivatives import SAVED_INPUT, explain
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward.armed import Armed, armed_check
-from gradviz_nb.probes.backward.stats import SAME_ELEMENTS, SMALL, GradStats, Pending, Tracker, resolve
+from gradviz_nb.probes.backward.stats import SAME_ELEMENTS, GradStats, Pending, Tracker, resolve
 from gradviz_nb.probes.backward.undo import undone, user_hooks
 from gradviz_nb.probes.nonfinite import NonFinite, forward_origin
-from gradviz_nb.tracing import AutogradGraph, Capture
+from gradviz_nb.tracing import AutogradGraph, Capture, typed_torch
 from gradviz_nb.tracing.capture import watched
-from gradviz_nb.tracing.ghosts import InplaceWrite
+from gradviz_nb.tracing.observer import InplaceWrite
+from gradviz_nb.tracing.summary import SMALL
 from gradviz_nb.tracing.trace import trace, trace_with_nodes
 from gradviz_nb.tracing.walk import is_custom
 from gradviz_nb.validate import boolean, instance, not_meta
@@ -281,7 +282,7 @@ def record_backward(
     try:
         with undone(leaves, model, hooked=hooked, keep_grads=accumulate), \
                 _grads_put_back(leaves, enabled=not accumulate):
-            loss.backward(grad, retain_graph=True)  # type: ignore[no-untyped-call]
+            typed_torch.backward(loss, grad, retain_graph=True)
     except RuntimeError as err:
         failing = run.failing()
         writes = [w for cap in ([capture] if capture is not None else watched()) for w in cap.inplace]
@@ -391,7 +392,7 @@ class _Recorder:
                 handles.append(fn.register_prehook(lambda _, n=node_id: started(n)))
             handles.append(fn.register_hook(self._post(node_id)))
         for t, param_names in self.hidden:
-            handles.append(t.register_hook(self._arrived(param_names)))  # type: ignore[no-untyped-call]
+            handles.append(typed_torch.register_hook(t, self._arrived(param_names)))
         return handles
 
     def _needs_early(self, fn: Any, node_id: str) -> bool:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-SMALL = 64  # gradients with at most this many elements keep their full values
+from gradviz_nb.tracing.summary import SMALL
+
 # Ops whose gradient is the gradient received, only reshaped or permuted: same elements, same statistics.
 SAME_ELEMENTS = frozenset({
     "TBackward0", "TransposeBackward0", "TransposeBackward1", "PermuteBackward0", "ViewBackward0",

@@ -31,8 +31,14 @@ FLAG_KINDS = kinds_of("flow")
 
 @dataclass(frozen=True)
 class Flag:
-    """Something that looks wrong: ``kind`` (of :data:`FLAG_KINDS`, or the monitor's kinds: the registry is
-    :mod:`gradviz_nb.kinds`), what (``target``), and why."""
+    """Something that looks wrong about one parameter, layer or adapter.
+
+    Attributes:
+        kind: of :data:`FLAG_KINDS`, or the monitor's kinds (the registry is :mod:`gradviz_nb.kinds`).
+        target: a parameter name, a module path or an adapter path.
+        reason: why, with the numbers that were measured.
+        params: the parameters concerned.
+    """
 
     kind: Kind
     target: str  # a parameter name, a module path or an adapter path
@@ -105,8 +111,9 @@ def loss_stepper(model: nn.Module, params: list[ParamStats], tensors: Mapping[st
             return None
         with sandbox(model), torch.no_grad():
             before = float(closure())
-            for w in members:
-                g = w.grad.detach() / scale  # type: ignore[union-attr]
+            for w, grad in ((w, w.grad) for w in members):
+                assert grad is not None  # checked above: every member has a dense gradient
+                g = grad.detach() / scale
                 w.sub_(lr * (g if eps is None else g / (g.abs() + eps)))
             after = float(closure())
         return before, after

@@ -58,6 +58,13 @@ class GradientFlow:
     ``layers`` are the modules that own parameters directly (``blocks.0.attn.c_attn``), in model
     order: the bars of the charts and the unit of the vanishing/exploding checks.
 
+    Attributes:
+        params: one :class:`ParamStats` per parameter (norm, max, zero fraction, ratio to the weight, ...).
+        modules: one :class:`ModuleStats` per module holding parameters, totals over its subtree.
+        flags: what looks wrong (:class:`Flag`), worst first.
+        thresholds: the layer-health thresholds the flags were judged with.
+        grad_scale: a GradScaler's factor divided out of every statistic (1: none).
+
     Example::
 
         flow = gv.gradient_flow(model)

@@ -13,6 +13,7 @@ from torch import nn
 
 from gradviz_nb.probes.monitor.params import Emit, ParamIndex, grad_values
 from gradviz_nb.probes.sharded import all_reduce_rows, local_part
+from gradviz_nb.tracing import typed_torch
 from gradviz_nb.tracing.distributed import engines
 
 REPLICA_RTOL = 1e-5
@@ -47,7 +48,7 @@ class RankGather:
         for the rest)."""
         if not self.ddp:
             return []
-        return [self.index.params[i].register_hook(self._reach_hook(i))  # type: ignore[no-untyped-call]
+        return [typed_torch.register_hook(self.index.params[i], self._reach_hook(i))
                 for i in self.synced if self.index.params[i].requires_grad]
 
     def _reach_hook(self, i: int) -> Callable[[torch.Tensor], None]:

@@ -15,6 +15,7 @@ import torch
 
 from gradviz_nb.probes.monitor.params import Emit, ParamIndex
 from gradviz_nb.probes.monitor.verdicts import MonitorThresholds, steps_text
+from gradviz_nb.tracing import typed_torch
 
 
 def _held(opts: list[torch.optim.Optimizer]) -> set[int]:
@@ -28,7 +29,7 @@ class StaleCheck:
         self.index, self._event = index, emit
         n = len(index.params)
         self.handles: list[Any] = [
-            p.register_hook(self._hook(i))  # type: ignore[no-untyped-call]
+            typed_torch.register_hook(p, self._hook(i))
             for i, p in enumerate(index.params) if p.requires_grad
         ] if on else []
         self.on = bool(self.handles)

@@ -41,7 +41,7 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.nonfinite import BareDispatchMode
 from gradviz_nb.probes.rerun.whatif import Rerunnable
 from gradviz_nb.probes.sandbox import sandbox
-from gradviz_nb.tracing import capture, trace
+from gradviz_nb.tracing import capture, trace, typed_torch
 from gradviz_nb.validate import not_meta
 
 BYTES_TOLERANCE = 0.02  # the prediction reads storages from one trace; the check allows 2% on the total
@@ -200,7 +200,7 @@ def _run(rerun: Rerunnable, calls: Calls) -> _Measured:
             recompute.backward = True
             if loss.requires_grad:
                 with recompute:
-                    loss.backward()  # type: ignore[no-untyped-call]
+                    typed_torch.backward(loss)
             del loss
         got = {name: t.grad is not None for name, t in rerun.tensors.items()}
     return _Measured(saved.total, frames, frames * recompute.rng_bytes, got, recompute.flops)

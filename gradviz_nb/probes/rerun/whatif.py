@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.sandbox import sandbox
-from gradviz_nb.tracing import AutogradGraph, capture, trace
+from gradviz_nb.tracing import AutogradGraph, capture, trace, typed_torch
 
 OpTensor = tuple[int, int]  # (k-th Python-level torch call, j-th tensor output)
 Cut = tuple[str, int]  # an output ref: (node id, output_nr)
@@ -168,14 +168,16 @@ class Rerunnable:
             for t in self.tensors.values():
                 t.grad = None
             for leaf in {*frozen, *replay_freeze}:
-                leaf_tensor[leaf].requires_grad_(False)  # type: ignore[union-attr]
+                tensor = leaf_tensor[leaf]
+                if tensor is not None:  # both lists hold readable leaves only
+                    tensor.requires_grad_(False)
             numbering = OpNumbering(detach=set(replay_detach.values()))
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(self._rng)
                 with numbering:
                     loss = self._call()
             if loss.requires_grad:
-                loss.backward()  # type: ignore[no-untyped-call]
+                typed_torch.backward(loss)
             actual = {n for n, t in leaf_tensor.items() if t is not None and t.grad is None}
         missed = [t for t, kj in replay_detach.items() if kj not in numbering.applied]
         unverifiable += [f"{self._tensor(t)} was not replayed: {NOT_REACHED}" for t in missed]

@@ -16,7 +16,7 @@ __all__ = [
     "Chunk", "DiffStatus", "DoctorFinding", "FoldGroup", "GhostTensor", "GraphDiff", "GraphEdge", "GraphMeta",
     "GraphNode", "GraphPayload", "LoadBody", "LoadReplyBody", "ModuleCall", "Overlay", "PageReply", "PageRequest",
     "RecordedGrad", "RecordedStep", "Recording", "TensorSummary", "Toggles", "Traits", "ValuesBody", "ValuesReplyBody",
-    "Verification", "WhatIfAnswer", "WhyAnswer", "WhyReplyBody", "Wiring",
+    "Verification", "VerifyBody", "WhatIfAnswer", "WhyAnswer", "WhyReplyBody", "Wiring",
 ]
 
 Number = int | float
@@ -154,13 +154,18 @@ class ValuesBody(TypedDict):
     node: str
 
 
+class VerifyBody(TypedDict):
+    question: str
+
+
 class PageRequest(TypedDict):
     """Page -> kernel: ``{"id": 7, "kind": "load", "body": {"calls": [...]}}``, kind ``"verify"`` with body
-    ``{}``, or kind ``"values"`` with body ``{"node": "n12"}``."""
+    ``{"question": "whatif"}`` (a question of ``gradviz_nb.widgets.questions``), or kind ``"values"`` with
+    body ``{"node": "n12"}``."""
 
     id: int
-    kind: Literal["load", "verify", "values", "why", "checkpoint"]
-    body: LoadBody | ValuesBody | Empty
+    kind: Literal["load", "verify", "values", "why"]
+    body: LoadBody | ValuesBody | VerifyBody | Empty
 
 
 class LoadReplyBody(TypedDict):
@@ -209,7 +214,7 @@ class Toggles(TypedDict):
 
 
 class WhatIfAnswer(TypedDict):
-    lost: list[str]
+    lost_ids: list[str]  # node ids; every other ``lost`` field holds leaf names
     pruned: list[str]
     runs: int
     total: int
@@ -297,6 +302,7 @@ class DoctorFinding(TypedDict):
     fix: str
     step: int
     node: str
+    scope: str
 
 
 CheckpointMode = Literal["non_reentrant", "reentrant"]

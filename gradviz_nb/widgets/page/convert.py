@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any, Literal, cast
 
@@ -23,6 +23,7 @@ from gradviz_nb.analysis.memory import OVERLAY_TITLE as MEMORY_TITLE
 from gradviz_nb.analysis.memory import MemoryReport
 from gradviz_nb.doctor.findings import Diagnosis
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.kinds import KINDS, Kind
 from gradviz_nb.probes.backward import SMALL, BackwardRecording, GradStats, Step, as_list
 from gradviz_nb.probes.flow import GradientFlow
 from gradviz_nb.probes.gradcheck import OVERLAY_TITLE as GRADCHECK_TITLE
@@ -100,8 +101,16 @@ def diff(d: GraphDiff) -> GraphDiffPage:
 
 
 def findings(diagnosis: Diagnosis) -> list[DoctorFinding]:
-    """The doctor's findings as the page lists them (trait ``findings``)."""
-    return [cast(DoctorFinding, asdict(f)) for f in diagnosis.findings]
+    """The doctor's findings as the page lists them (trait ``findings``), each with its kind's ``scope``
+    from the registry (:mod:`gradviz_nb.kinds`): the page keeps no list of kinds of its own."""
+    return [with_scope(asdict(f)) for f in diagnosis.findings]
+
+
+def with_scope(finding: Mapping[str, Any]) -> DoctorFinding:
+    """A finding record with its kind's ``scope`` (``""`` for a kind the registry does not know) unless it
+    carries one."""
+    info = KINDS.get(cast(Kind, finding.get("kind", "")))
+    return cast(DoctorFinding, {"scope": info.scope if info is not None else "", **finding})
 
 
 def memory_overlay(mem: MemoryReport, encoding: Encoding = "size") -> Overlay:

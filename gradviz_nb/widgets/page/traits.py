@@ -265,10 +265,11 @@ def findings(value: Any, graph: AutogradGraph | None) -> Any:
     if isinstance(value, Diagnosis):
         return finite_json(convert.findings(value))
     if isinstance(value, (list, tuple)) and all(isinstance(f, Mapping) for f in value):
-        for f in value:
+        records = [dict(convert.with_scope(f)) for f in value]
+        for f in records:
             _fields("findings", f, contract.DoctorFinding)
-        check_record("findings", [dict(f) for f in value], list[contract.DoctorFinding])
-        return finite_json([dict(f) for f in value])
+        check_record("findings", records, list[contract.DoctorFinding])
+        return finite_json(records)
     raise GradvizError("findings: expected a Diagnosis (gv.doctor) or a list of DoctorFinding dicts; "
                        f"got {type(value).__name__}.")
 

@@ -476,8 +476,9 @@ const findings = listOf(
     fix: opt(str, () => ""),
     step: opt(int(-1), () => -1),
     node: opt(str, () => ""),
+    scope: opt(str, () => ""),
   }),
-  "a list of findings (objects with kind, target, message, evidence, fix, step, node)",
+  "a list of findings (objects with kind, target, message, evidence, fix, step, node, scope)",
 );
 
 // The checkpointing what-if's table and re-run (gradviz_nb/analysis/checkpointing.py, probes/rerun/checkpoint.py).

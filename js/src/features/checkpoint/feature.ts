@@ -1,15 +1,16 @@
 // Checkpoint mode: marks on module boxes (the `checkpoints` trait) answer at once, with no kernel:
 // saved-for-backward bytes before -> after on each marked box and in total, the share of forward
 // re-run, and leaves a reentrant checkpoint cuts off drawn as what-if lost leaves with their cause.
-// Verify asks Python to re-run with the calls really checkpointed (`checkpoint_verified`).
+// The shared mode (features/modes) holds the button, bar and banner; Verify asks Python to re-run with the
+// calls really checkpointed (question "checkpoint": `checkpoint_verified`).
 import type { StylesheetJson } from "cytoscape";
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Decoration, Feature } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import type { Theme } from "../../view/theme";
 import { addClass } from "../../state/classes";
-import { CHECKPOINT_CSS, createCheckpointButton, createCheckpointPanel } from "./panel";
-import { RANK } from "../../panels/status";
+import { CHECKPOINT_CSS, CHECKPOINT_MODE, checkpointBanner } from "./panel";
+import { createMode } from "../../core/mode";
 import { cycleMark, evaluate, formatBytes, hasTable, lostCause, normalizeMarks, sameMarks, summaryText, type CheckpointAnswer, type Marks } from "./state";
 
 export interface CheckpointHooks {
@@ -24,14 +25,8 @@ export interface CheckpointHooks {
 const BOX_KINDS = new Set(["collapsed", "expanded"]);
 
 export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): Feature<CheckpointHooks> => {
-  const ck = { marks: {} as Marks, answer: null as CheckpointAnswer | null, mode: false, lastMs: 0 };
-  const panel = createCheckpointPanel({
-    clear: () => userMarks({}),
-    verify: () => void core.messenger.request("checkpoint", {}),
-  });
-  core.toolbar.status.add(panel.element, RANK.headline); // its bar and banner share the status line
-  const button = createCheckpointButton(() => setMode(!ck.mode));
-  slots.tools.append(button);
+  const ck = { marks: {} as Marks, answer: null as CheckpointAnswer | null };
+  const mode = createMode(core, slots, CHECKPOINT_MODE, { clear: () => setMarks({}), switched: () => repaint(core) });
 
   function table() {
     const t = core.model.get("checkpoint_table");
@@ -45,37 +40,29 @@ export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): 
     core.root.dataset.checkpointAfter = String(ck.answer?.after ?? "");
   }
 
-  function userMarks(next: Marks): void {
-    const started = performance.now();
+  /** Marks set by the user: saved to the trait, then drawn. */
+  function setMarks(next: Marks): void {
     ck.marks = next;
     core.model.set("checkpoints", { ...next });
     core.model.save_changes();
     recompute();
-    repaint(core);
-    ck.lastMs = performance.now() - started;
-    core.root.dataset.checkpointMs = ck.lastMs.toFixed(1);
-  }
-
-  function setMode(on: boolean): void {
-    ck.mode = on;
-    core.root.dataset.checkpointMode = String(on);
-    button.setAttribute("aria-pressed", String(on));
     repaint(core);
   }
 
   function updatePanel(): void {
     const a = ck.answer;
     const marked = Object.keys(ck.marks).length > 0;
-    button.hidden = !table();
-    panel.update({
-      visible: ck.mode || marked,
-      mode: ck.mode,
-      summary: a ? summaryText(a) : "This graph has no module calls to checkpoint (trace under gv.capture).",
-      bad: !!a && a.lost.length > 0,
-      marked,
-      canVerify: !!core.model.get("can_verify"),
-    });
-    panel.showVerification(core.model.get("checkpoint_verified"), ck.marks);
+    mode.hidden(!table());
+    mode.show(
+      {
+        visible: mode.on || marked,
+        summary: a ? summaryText(a) : "This graph has no module calls to checkpoint (trace under gv.capture).",
+        bad: !!a && a.lost.length > 0,
+        marked,
+        canVerify: !!core.model.get("can_verify") && marked,
+      },
+      checkpointBanner(core.model.get("checkpoint_verified"), ck.marks),
+    );
   }
 
   return {
@@ -116,15 +103,15 @@ export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): 
       return cause ? [["checkpoint", cause]] : [];
     },
     click(key, kind, shift) {
-      if (!BOX_KINDS.has(kind) || !(ck.mode || shift) || !table()) return false;
-      userMarks(cycleMark(ck.marks, key.slice(2)));
+      if (!BOX_KINDS.has(kind) || !(mode.on || shift) || !table()) return false;
+      mode.edit(() => setMarks(cycleMark(ck.marks, key.slice(2))));
       return true;
     },
     hooks: {
       checkpointAnswer: () => (ck.answer ? { ...ck.answer, lost: [...ck.answer.lost] } : null),
-      checkpointMode: () => ck.mode,
-      setCheckpointMode: setMode,
-      lastCheckpointMs: () => ck.lastMs,
+      checkpointMode: () => mode.on,
+      setCheckpointMode: (on) => mode.set(on),
+      lastCheckpointMs: () => mode.lastMs,
     },
   };
 };

@@ -10,11 +10,12 @@ test("a box is written call:<id> by Python and revealed by its call id; a node i
   assert.equal(findingTarget(""), "");
 });
 
-test("a finding with no node says where it applies; one with a node says nothing", () => {
-  assert.equal(appliesText({ kind: "zero-grad-before-step", target: "SGD", node: "" }), "not on the graph: applies to the optimizer step");
-  assert.equal(appliesText({ kind: "double-backward", target: "loss", node: "" }), "not on the graph: applies to the step's backward calls");
-  assert.equal(appliesText({ kind: "mode", target: "model", node: "" }), "not on the graph: applies to the model's train/eval mode");
-  // A kind with no scope of its own: its target.
-  assert.equal(appliesText({ kind: "no-grad", target: "fc.weight", node: "" }), "not on the graph: applies to fc.weight");
-  assert.equal(appliesText({ kind: "zero-grad-before-step", target: "SGD", node: "n3" }), "");
+test("a finding with no node says where it applies, from the scope its record carries", () => {
+  assert.equal(appliesText({ scope: "the optimizer step", target: "SGD", node: "" }), "not on the graph: applies to the optimizer step");
+  // A kind the page has never heard of: the record's scope is all it needs.
+  assert.equal(appliesText({ scope: "the learning-rate schedule", target: "StepLR", node: "" }), "not on the graph: applies to the learning-rate schedule");
+  // A kind about a tensor (no scope): its target.
+  assert.equal(appliesText({ scope: "", target: "fc.weight", node: "" }), "not on the graph: applies to fc.weight");
+  // On the graph: nothing to say.
+  assert.equal(appliesText({ scope: "the optimizer step", target: "SGD", node: "n3" }), "");
 });

@@ -1,6 +1,7 @@
 // What-if mode: a toggle recomputes the answer (lost leaves, pruned nodes, runs), then restyles what
 // is drawn (no re-layout). The toggles live in the `toggles` trait so Python can read and set them;
-// Verify asks Python to re-run the model (`verified`, `can_verify`).
+// the shared mode (core/mode.ts, panels/mode.ts) holds the button, bar and banner, and Verify asks Python to re-run the
+// model (question "whatif": `verified`, `can_verify`).
 import type { StylesheetJson } from "cytoscape";
 import type { Toggles, WhatIfAnswer } from "../../payload";
 import { nodeKey } from "../../state/quotient";
@@ -10,8 +11,9 @@ import type { Feature } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import { setSelected } from "../../core/selection";
 import { decorate, type Decorations } from "./decorate";
-import { BANNER_CSS, createModeButton, createWhatIfPanel } from "./panel";
-import { RANK } from "../../panels/status";
+import { WHATIF_MODE, whatIfBanner } from "./panel";
+import { createMode } from "../../core/mode";
+import { BANNER_CSS } from "../../panels/mode";
 import {
   answerCopy,
   clickToggles,
@@ -39,23 +41,22 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
     toggles: EMPTY_TOGGLES,
     /** The answer for `toggles` (null: recompute before use). */
     state: null as WhatIfState | null,
-    mode: false,
-    lastMs: 0,
     /** Classes and labels for what is drawn (null: recompute at the next paint). */
     deco: null as Decorations | null,
   };
-  const panel = createWhatIfPanel({
-    reset: () => userToggle({ detach: [], freeze: [] }),
-    verify: () => void core.messenger.request("verify", {}),
+  const mode = createMode(core, slots, WHATIF_MODE, {
+    clear: () => setToggles({ detach: [], freeze: [] }),
+    switched(on) {
+      core.view.setTapEdges(on);
+      if (on) setSelected(core, "");
+      apply();
+    },
   });
-  core.toolbar.status.add(panel.element, RANK.headline); // its bar and banner share the status line
-  const button = createModeButton(() => setMode(!wi.mode));
-  slots.tools.append(button);
 
   function recompute(): void {
     const state = (wi.state = evaluate(core.payload, wi.toggles));
     wi.deco = null;
-    core.root.dataset.whatifLost = String(state.answer.lost.length);
+    core.root.dataset.whatifLost = String(state.answer.lost_ids.length);
     core.root.dataset.whatifRuns = String(state.answer.runs);
   }
 
@@ -68,35 +69,25 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
   function updatePanel(): void {
     const state = wi.state ?? evaluate(core.payload, wi.toggles);
     const toggled = !state.empty;
-    panel.update({
-      visible: wi.mode || toggled,
-      mode: wi.mode,
-      summary: summaryText(core.payload, state),
-      toggled,
-      canVerify: !!core.model.get("can_verify"),
-    });
-    panel.showVerification(core.model.get("verified"), wi.toggles);
+    const summary = summaryText(core.payload, state);
+    mode.show(
+      { visible: mode.on || toggled, summary, bad: /^[1-9]/.test(summary), marked: toggled, canVerify: !!core.model.get("can_verify") },
+      whatIfBanner(core.model.get("verified"), wi.toggles),
+    );
   }
 
-  /** A user toggle (click, reset): saved to the trait, then drawn; times click to styles applied. */
-  function userToggle(next: Toggles): void {
-    const started = performance.now();
+  /** Toggles set by the user: saved to the trait, then drawn. */
+  function setToggles(next: Toggles): void {
     wi.toggles = next;
     core.model.set("toggles", { detach: [...next.detach], freeze: [...next.freeze] });
     core.model.save_changes();
     recompute();
     apply();
-    wi.lastMs = performance.now() - started;
-    core.root.dataset.whatifMs = wi.lastMs.toFixed(1);
   }
 
-  function setMode(on: boolean): void {
-    wi.mode = on;
-    core.root.dataset.whatifMode = String(on);
-    button.setAttribute("aria-pressed", String(on));
-    core.view.setTapEdges(on);
-    if (on) setSelected(core, "");
-    apply();
+  /** A user toggle (a click): timed, click to styles applied. */
+  function userToggle(next: Toggles): void {
+    mode.edit(() => setToggles(next));
   }
 
   return {
@@ -131,25 +122,25 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
       const state = wi.state ?? evaluate(core.payload, wi.toggles);
       if (state.empty) return null;
       const cuts = [...wi.toggles.detach.map((ref) => ref.slice(0, ref.lastIndexOf(":"))), ...wi.toggles.freeze];
-      return { keys: [...state.answer.lost, ...cuts].map(nodeKey), withLoss: true, name: "the lost leaves and the cut" };
+      return { keys: [...state.answer.lost_ids, ...cuts].map(nodeKey), withLoss: true, name: "the lost leaves and the cut" };
     },
     click(key, kind, shift) {
-      const next = wi.mode ? clickToggles(wi.toggles, key, kind, shift) : null;
+      const next = mode.on ? clickToggles(wi.toggles, key, kind, shift) : null;
       if (next) userToggle(next);
       return next !== null;
     },
     tapEdge(key) {
       // A click on an edge detaches (or restores) the tensors it carries.
       const edge = core.view.shown?.edges.find((e) => e.key === key);
-      if (!wi.mode || !edge || edge.ghost) return false;
+      if (!mode.on || !edge || edge.ghost) return false;
       userToggle(toggleTensors(wi.toggles, tensorsOfEdges(core.payload, edge.edges)));
       return true;
     },
     hooks: {
       whatIf: () => answerCopy(wi.state ?? evaluate(core.payload, wi.toggles)),
-      whatIfMode: () => wi.mode,
-      setWhatIfMode: setMode,
-      lastWhatIfMs: () => wi.lastMs,
+      whatIfMode: () => mode.on,
+      setWhatIfMode: (on) => mode.set(on),
+      lastWhatIfMs: () => mode.lastMs,
     },
   };
 };

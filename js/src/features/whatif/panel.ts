@@ -1,86 +1,34 @@
-// The what-if bar (summary line, hint, Reset, Verify) and the verification banner. Text only.
+// What-if's words for the shared mode controls (panels/mode.ts) and its verification banner:
+// what PyTorch confirmed, contradicted, and could not check. Text only.
 import type { Toggles, Verification } from "../../payload";
+import type { Banner, ModeSpec } from "../../panels/mode";
 import { sameToggles } from "./state";
-import { h, setText } from "../../panels/dom";
-
-export interface WhatIfActions {
-  reset(): void;
-  verify(): void;
-}
-
-export interface WhatIfPanel {
-  element: HTMLElement;
-  /** `visible`: what-if mode is on or something is toggled. */
-  update(opts: { visible: boolean; mode: boolean; summary: string; toggled: boolean; canVerify: boolean }): void;
-  showVerification(v: Partial<Verification> | null | undefined, current: Toggles): void;
-}
-
-/** The amber "partly verified" banner (green and red are in styles.css). Translucent amber on the
- *  theme's own text colour, so it reads on light and dark backgrounds alike. */
-export const BANNER_CSS = `
-.gradviz-root .gradviz-verified-partial {
-  background: rgba(255, 179, 0, 0.2); color: var(--gv-fg); border-left: 4px solid #f9a825;
-}
-.gradviz-root .gradviz-verified-partial > div:first-child { font-weight: 600; }
-.gradviz-root .gradviz-verified-why { padding-left: 1.1em; text-indent: -0.7em; }
-.gradviz-root .gradviz-verified-note { color: inherit; opacity: 0.75; font-size: 12px; font-weight: 400; }
-`;
 
 export const HINT =
   "Click a tensor (edge) or an op: detach · a leaf: freeze (requires_grad=False) · " +
   "a closed box: detach its outputs, shift-click: freeze its parameters";
 
-export function createWhatIfPanel(actions: WhatIfActions): WhatIfPanel {
-  const summary = h("span", { class: "gradviz-wi-summary", "data-testid": "gradviz-whatif-summary", role: "status" });
-  const hint = h("span", { class: "gradviz-wi-hint", "data-testid": "gradviz-whatif-hint" }, HINT);
-  const reset = h("button", { type: "button", "data-testid": "gradviz-whatif-reset", title: "Clear every detach and freeze" }, "Reset");
-  reset.addEventListener("click", actions.reset);
-  const verify = h(
-    "button",
-    { type: "button", "data-testid": "gradviz-verify", title: "Re-run the model's forward and backward in PyTorch with these toggles" },
-    "Verify (re-run)",
-  );
-  verify.addEventListener("click", actions.verify);
-  const bar = h("div", { class: "gradviz-wi-bar" }, summary, hint, h("span", { class: "gradviz-wi-buttons" }, verify, reset));
-  const banner = h("div", { class: "gradviz-verified", "data-testid": "gradviz-verified", role: "status" });
-  banner.hidden = true;
-  const element = h("div", { class: "gradviz-whatif", "data-testid": "gradviz-whatif" }, bar, banner);
-  element.hidden = true;
-  let barVisible = false;
-  const refresh = (): void => {
-    element.hidden = !barVisible && banner.hidden;
-    bar.hidden = !barVisible;
-  };
-  return {
-    element,
-    update({ visible, mode, summary: text, toggled, canVerify }) {
-      barVisible = visible;
-      setText(summary, text);
-      summary.classList.toggle("gradviz-wi-bad", /^[1-9]/.test(text));
-      hint.hidden = !mode || toggled;
-      reset.disabled = !toggled;
-      verify.hidden = !canVerify;
-      refresh();
-    },
-    showVerification(v, current) {
-      banner.replaceChildren();
-      banner.className = "gradviz-verified";
-      if (!v || !v.toggles) {
-        banner.hidden = true;
-        refresh();
-        return;
-      }
-      const stale = !sameToggles(normalize(v.toggles), current);
-      banner.append(...verificationLines(v).map(([cls, l]) => h("div", cls ? { class: cls } : {}, l)));
-      banner.classList.add(`gradviz-verified-${verificationLevel(v)}`);
-      if (stale) {
-        banner.classList.add("gradviz-verified-stale");
-        banner.append(h("div", {}, "Stale: the toggles changed since this re-run."));
-      }
-      banner.hidden = false;
-      refresh();
-    },
-  };
+export const WHATIF_MODE: ModeSpec = {
+  question: "whatif",
+  button: {
+    label: "✂ What-if",
+    title: "What-if mode: click tensors, ops, leaves and boxes to detach / freeze them and see which leaves lose gradient",
+    testid: "gradviz-whatif-toggle",
+    className: "gradviz-whatif-toggle",
+  },
+  hint: { text: HINT, testid: "gradviz-whatif-hint" },
+  summary: { className: "gradviz-wi-summary", testid: "gradviz-whatif-summary" },
+  clear: { label: "Reset", title: "Clear every detach and freeze", testid: "gradviz-whatif-reset" },
+  verify: { title: "Re-run the model's forward and backward in PyTorch with these toggles", testid: "gradviz-verify" },
+  banner: { testid: "gradviz-verified", stale: "Stale: the toggles changed since this re-run." },
+  panel: { className: "gradviz-whatif", testid: "gradviz-whatif" },
+};
+
+/** The banner for the `verified` trait (null when there is none), stale when `current` differs from the
+ *  toggles it ran with. */
+export function whatIfBanner(v: Partial<Verification> | null | undefined, current: Toggles): Banner | null {
+  if (!v || !v.toggles) return null;
+  return { lines: verificationLines(v), level: verificationLevel(v), stale: !sameToggles(normalize(v.toggles), current) };
 }
 
 /** ok (green): everything predicted was checked and PyTorch agrees; partial (amber): what was checked
@@ -135,21 +83,4 @@ function list(names: string[], max = 6): string {
 
 function normalize(t: Partial<Toggles>): Toggles {
   return { detach: Array.isArray(t.detach) ? t.detach : [], freeze: Array.isArray(t.freeze) ? t.freeze : [] };
-}
-
-/** The toolbar's what-if mode toggle (`aria-pressed` says the mode). */
-export function createModeButton(onClick: () => void): HTMLButtonElement {
-  const button = h(
-    "button",
-    {
-      type: "button",
-      class: "gradviz-whatif-toggle",
-      "data-testid": "gradviz-whatif-toggle",
-      "aria-pressed": "false",
-      title: "What-if mode: click tensors, ops, leaves and boxes to detach / freeze them and see which leaves lose gradient",
-    },
-    "✂ What-if",
-  );
-  button.addEventListener("click", onClick);
-  return button;
 }

@@ -212,7 +212,7 @@ export function evaluate(payload: GraphPayload, toggles: Toggles | null | undefi
     }
   }
   return {
-    answer: { lost: lostIds, pruned, runs: running, total },
+    answer: { lost_ids: lostIds, pruned, runs: running, total },
     cutSlot,
     frozen,
     runs,
@@ -272,10 +272,10 @@ export function summaryText(payload: GraphPayload, state: WhatIfState, shown = 5
   const ix = graphIndex(payload);
   let leaves = 0;
   for (let v = 0; v < ix.kind.length; v++) if (ix.kind[v] === LEAF) leaves++;
-  const names = state.answer.lost.slice(0, shown).map((id) => leafName(payload, ix.pos.get(id)!));
-  const more = state.answer.lost.length > shown ? "…" : "";
+  const names = state.answer.lost_ids.slice(0, shown).map((id) => leafName(payload, ix.pos.get(id)!));
+  const more = state.answer.lost_ids.length > shown ? "…" : "";
   const head =
-    `${state.answer.lost.length} of ${leaves} ${leaves === 1 ? "leaf loses" : "leaves lose"} gradient` +
+    `${state.answer.lost_ids.length} of ${leaves} ${leaves === 1 ? "leaf loses" : "leaves lose"} gradient` +
     (names.length ? `: ${names.join(", ")}${more}` : "");
   return `${head}; backward runs ${state.answer.runs} of ${state.answer.total} nodes`;
 }
@@ -298,5 +298,5 @@ export function clickToggles(t: Toggles, key: string, kind: string, shift: boole
 /** The answer as the `whatIf()` hook gives it (copies: a test may keep it). */
 export function answerCopy(state: WhatIfState): WhatIfAnswer {
   const a = state.answer;
-  return { lost: [...a.lost], pruned: [...a.pruned], runs: a.runs, total: a.total };
+  return { lost_ids: [...a.lost_ids], pruned: [...a.pruned], runs: a.runs, total: a.total };
 }

@@ -14,18 +14,18 @@ const sorted = (xs: string[]) => [...xs].sort((a, b) => Number(a) - Number(b));
 
 test("no toggles: every leaf keeps its gradient, every op runs", () => {
   const a = whatIf(nested, none);
-  assert.deepEqual(a, { lost: [], pruned: [], runs: 13, total: 13 });
+  assert.deepEqual(a, { lost_ids: [], pruned: [], runs: 13, total: 13 });
 });
 
 test("detaching the first block's output loses embed's path but not the tied head weight", () => {
   // 7 (relu of blocks.0) feeds 9: cutting it prunes 4, 5, 6, 7 and leaf 2 keeps its gradient through 8.
   const a = whatIf(nested, { detach: ["7:0"], freeze: [] });
   assert.deepEqual(sorted(a.pruned), ["4", "5", "6", "7"]);
-  assert.deepEqual(a.lost, []); // 1 is tied (reached via head), 2 and 3 are used again in call 2
+  assert.deepEqual(a.lost_ids, []); // 1 is tied (reached via head), 2 and 3 are used again in call 2
   assert.equal(a.runs, 9);
   // The same cut by node id, and by the call's box.
   assert.deepEqual(whatIf(nested, { detach: ["7"], freeze: [] }), a);
-  assert.deepEqual(whatIf(nested, { detach: ["call:blocks.0 (call 2)"], freeze: [] }).lost.sort(), ["2", "3"]);
+  assert.deepEqual(whatIf(nested, { detach: ["call:blocks.0 (call 2)"], freeze: [] }).lost_ids.sort(), ["2", "3"]);
 });
 
 test("a call id that is also a module path means that call only (as Python's _call_members)", () => {
@@ -38,17 +38,17 @@ test("a call id that is also a module path means that call only (as Python's _ca
 
 test("freeze: a leaf, and a call's parameters by path prefix; frozen leaves are lost", () => {
   const a = whatIf(nested, { detach: [], freeze: ["2"] });
-  assert.deepEqual(a.lost, ["2"]);
+  assert.deepEqual(a.lost_ids, ["2"]);
   assert.deepEqual(sorted(a.pruned), ["2", "5", "8"]);
   const b = whatIf(nested, { detach: [], freeze: ["call:blocks.0.fc (call 2)"] });
-  assert.deepEqual(sorted(b.lost), ["2", "3"]);
+  assert.deepEqual(sorted(b.lost_ids), ["2", "3"]);
   // Unknown items are ignored (Python raises; the page just shows no effect).
-  assert.deepEqual(whatIf(nested, { detach: ["nope", "nope:1", "call:nope"], freeze: ["call:nope", "4"] }).lost, []);
+  assert.deepEqual(whatIf(nested, { detach: ["nope", "nope:1", "call:nope"], freeze: ["call:nope", "4"] }).lost_ids, []);
 });
 
 test("cutting the loss loses everything; the summary names lost leaves", () => {
   const s = evaluate(nested, { detach: ["13"], freeze: [] });
-  assert.equal(s.answer.lost.length, 3);
+  assert.equal(s.answer.lost_ids.length, 3);
   assert.equal(s.answer.runs, 0);
   assert.equal(
     summaryText(nested, s),
@@ -123,10 +123,10 @@ test("10,000-node graph: one answer per toggle in well under a frame (time print
   const runs = 50;
   const t1 = performance.now();
   let lost = 0;
-  for (let i = 0; i < runs; i++) lost += whatIf(g, toggles[i % toggles.length]).lost.length;
+  for (let i = 0; i < runs; i++) lost += whatIf(g, toggles[i % toggles.length]).lost_ids.length;
   const perToggle = (performance.now() - t1) / runs;
   assert.ok(lost > 0);
   const a = whatIf(g, { detach: ["call:blocks.300"], freeze: [] });
-  assert.ok(a.lost.length > 0 && a.runs < a.total);
+  assert.ok(a.lost_ids.length > 0 && a.runs < a.total);
   console.log(`whatIf on ${g.nodes.length} nodes / ${g.edges.length} edges: index ${indexMs.toFixed(1)} ms once, ${perToggle.toFixed(2)} ms per toggle`);
 });
