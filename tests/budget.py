@@ -3,9 +3,9 @@
 ``tests/conftest.py`` records every test's process CPU (user + system, this process and the child
 processes it waited for: notebook kernels, subprocesses) around its setup, call and teardown, and at the
 end of a run of the whole quick tier (``pytest -m "not slow"``) compares the process's total CPU with
-``BUDGET_S``. Over budget, the run fails and names the costliest tests: mark them slow (``SLOW_TESTS`` in
-``tests/conftest.py``) or make them cheaper; never delete the coverage. The costs of the last run are kept
-in pytest's cache (``.pytest_cache``, key ``gradviz/cpu``) for ``pytest --cache-show gradviz/cpu``.
+``BUDGET_S``. Over budget, the run fails and names the costliest tests: move them to the slow tier (a line in
+``tests/slow_tests.txt``, read by :func:`moved`) or make them cheaper; never delete the coverage. The costs of
+the last run are kept in pytest's cache (``.pytest_cache``, key ``gradviz/cpu``): ``pytest --cache-show gradviz/cpu``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ def cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def moved(path: Path) -> frozenset[str]:
+    """The tests listed in ``path`` (``FILE::NAME`` or ``FILE::NAME[PARAMS]``, first word of each line;
+    ``#`` comments and blank lines skipped)."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    return frozenset(line.split()[0] for line in lines if line.strip() and not line.lstrip().startswith("#"))
 
 
 def whole_quick_tier(markexpr: str, keyword: str, args: Sequence[str], tests_dir: Path) -> bool:
@@ -47,8 +54,8 @@ def over_budget(total_s: float, costs: Mapping[str, float], budget_s: float = BU
     worst = sorted(costs.items(), key=lambda kv: (-kv[1], kv[0]))[:shown]
     lines = [
         f"the quick tier used {total_s:.1f} s of process CPU, over its budget of {budget_s:.0f} s "
-        f"(by {total_s - budget_s:.1f} s); mark the costliest tests slow (SLOW_TESTS in tests/conftest.py) "
-        "or make them cheaper:"
+        f"(by {total_s - budget_s:.1f} s); move the costliest tests to the slow tier (a line each in "
+        "tests/slow_tests.txt) or make them cheaper:"
     ]
     lines += [f"  {cost:7.2f} s  {test}" for test, cost in worst]
     return "\n".join(lines)

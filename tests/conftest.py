@@ -61,13 +61,20 @@ SLOW_TESTS = {
 }
 
 
+# Quick-tier tests moved to the slow tier to hold the quick tier to its CPU budget (tests/budget.py), with the
+# CPU each used when measured: FILE::NAME or FILE::NAME[PARAMS], one per line.
+MOVED_FOR_BUDGET = budget.moved(HERE / "slow_tests.txt")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
         for marker in _TIERS.get(parts[0], ()) if parts else ():
             item.add_marker(getattr(pytest.mark, marker))
         test = f"{parts[-1]}::{item.name.split('[')[0]}" if parts else ""
-        if parts and (parts[0] in SLOW_TIERS or parts[-1] in SLOW_FILES or test in SLOW_TESTS):
+        exact = f"{parts[-1]}::{item.name}" if parts else ""
+        if parts and (parts[0] in SLOW_TIERS or parts[-1] in SLOW_FILES or test in SLOW_TESTS
+                      or test in MOVED_FOR_BUDGET or exact in MOVED_FOR_BUDGET):
             item.add_marker(pytest.mark.slow)
 
 

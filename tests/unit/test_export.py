@@ -121,8 +121,11 @@ def test_html_is_self_contained_and_escapes_script_ends(tmp_path: Path) -> None:
 
 
 def test_export_html_rejects_other_objects(tmp_path: Path) -> None:
-    with pytest.raises(gv.GradvizError, match="export_html: nothing to draw from str: expected an AutogradGraph"):
+    from gradviz_nb.widgets.page import state
+
+    with pytest.raises(gv.GradvizError, match="export_html: nothing to draw from str") as err:
         gv.export_html("graph", tmp_path / "x.html")
+    assert all(words in str(err.value) for words in state.MADE_BY.values()), "every registered source is named"
     with pytest.raises(gv.GradvizError, match="export_html: the tensor has no autograd graph"):
         gv.export_html(torch.zeros(1), tmp_path / "x.html")  # a tensor is traced, as GraphWidget(loss) does
     with pytest.raises(gv.GradvizError, match="export_html: no page trait 'colour'"):
