@@ -78,6 +78,9 @@ class LayerHealth:
 
 @dataclass(frozen=True)
 class LayerVerdict:
+    """The layer-health rule's answer for one layer: ``kind`` (``vanishing`` or ``exploding``), the layer's
+    ``path``, and the ``reason`` with the numbers measured; ``gradient_flow`` turns it into a
+    :class:`~gradviz_nb.probes.flow.Flag`."""
     kind: Literal["vanishing", "exploding"]  # of gradviz_nb.kinds.Kind
     path: str
     reason: str

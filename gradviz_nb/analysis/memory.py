@@ -81,6 +81,7 @@ class MemoryReport:
 
     @property
     def total(self) -> int:
+        """Bytes held for backward in all: activations plus parameters."""
         return self.activations + self.parameters
 
     @property
@@ -119,6 +120,7 @@ class MemoryReport:
         return "\n".join([*rows, rule, self.summary()])
 
     def summary(self) -> str:
+        """What is held for backward, as text: activations, the parameters beside them, what checkpoints keep."""
         text = (
             f"saved for backward: {format_bytes(self.activations)} of activations"
             f" (+ {format_bytes(self.parameters)} of parameters the model holds anyway)"

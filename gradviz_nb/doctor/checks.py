@@ -362,22 +362,27 @@ def check_flow(obs: Observed) -> list[Finding]:
 
 
 def check_optimizer(obs: Observed) -> list[Finding]:
+    """``frozen`` and ``not-in-optimizer``: what the optimizer's param groups hold against what got a gradient."""
     return optimizer_findings(obs.records, obs.model, obs.optimizer, obs.others, obs.recreated)
 
 
 def check_stale(obs: Observed) -> list[Finding]:
+    """``stale-grad``: a ``.grad`` the next backward added onto without a zero_grad between."""
     return stale_findings(obs.records, obs.model, obs.optimizer, obs.not_in_optimizer | obs.recreated)
 
 
 def check_spike(obs: Observed) -> list[Finding]:
+    """``spike``: a layer's gradient norm jumping over its earlier steps' median."""
     return spike_findings(obs.records)
 
 
 def check_mode(obs: Observed) -> list[Finding]:
+    """``mode``: training in eval(), or evaluating in train()."""
     return mode_findings(obs.records, obs.model)
 
 
 def check_registration(obs: Observed) -> list[Finding]:
+    """``not-a-parameter``: weights ``parameters()`` misses that got a gradient no optimizer uses."""
     optimizers = [*([obs.optimizer] if obs.optimizer is not None else []), *obs.others]
     return not_a_parameter(obs.model, obs.records, optimizers)
 

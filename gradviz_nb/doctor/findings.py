@@ -60,9 +60,11 @@ class Diagnosis:
 
     @property
     def ok(self) -> bool:
+        """True when the doctor found nothing."""
         return not self.findings
 
     def of_kind(self, kind: str) -> list[Finding]:
+        """The findings of one kind (``dx.of_kind("stale-grad")``), worst first."""
         return [f for f in self.findings if f.kind == kind]
 
     def why(self, name: str) -> Any:
@@ -73,6 +75,7 @@ class Diagnosis:
         return why(self, name)
 
     def summary(self) -> str:
+        """The diagnosis as text: what was observed, then each finding's kind, target, message, evidence and fix."""
         head = (f"doctor: {self.steps} step{'s' if self.steps != 1 else ''} observed"
                 f"{', state restored' if self.restored else ''}: ")
         if self.ok:
@@ -87,6 +90,7 @@ class Diagnosis:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        """The diagnosis as plain data: ok, steps, restored, notes, and the findings as dicts."""
         return {"ok": self.ok, "steps": self.steps, "restored": self.restored, "notes": list(self.notes),
                 "findings": [asdict(f) for f in self.findings]}
 

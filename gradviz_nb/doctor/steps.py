@@ -107,6 +107,8 @@ class OptimizerStep:
 
 @dataclass
 class SchedulerStep:
+    """One learning-rate scheduler ``step()`` seen during a training step: its order among the step's events, the
+    scheduler's label and the learning rates before and after."""
     order: int
     label: str
     lr_before: list[float]

@@ -58,6 +58,7 @@ class Why:
     _fn: Callable[[], Any] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
+        """The answer as plain data: name, status, kind, cause, evidence, fix and node."""
         return {"name": self.name, "status": self.status, "kind": self.kind, "cause": self.cause,
                 "evidence": self.evidence, "fix": self.fix, "node": self.node}
 
@@ -66,6 +67,7 @@ class Why:
         return schema.dumps(schema.why(self), indent)
 
     def text(self) -> str:
+        """The answer as text: the parameter and its status, then the cause, what was seen and the fix."""
         head = f"{self.name}: gradient {self.status}" + (f" [{self.kind}]" if self.kind else "")
         return f"{head}\n  cause: {self.cause}\n  seen: {self.evidence}\n  fix: {self.fix}"
 
@@ -89,6 +91,7 @@ _REMEMBERED: weakref.WeakKeyDictionary[AutogradGraph, dict[str, Why]] = weakref.
 
 
 def remember(graph: AutogradGraph | None, answer: Why) -> None:
+    """Keep ``w`` as the last answer for its graph, so the page's details panel shows the same cause."""
     if graph is not None:
         _REMEMBERED.setdefault(graph, {})[answer.name] = answer
 

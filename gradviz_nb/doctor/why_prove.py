@@ -53,10 +53,12 @@ class Proof:
 
     @property
     def proven(self) -> bool:
+        """True when the fix was applied in a re-run and the gradient came back (non-zero, and over 10x what it was)."""
         return self.applied and self.after is not None and self.after > 0 and (
             self.before is None or self.after > 10 * self.before)
 
     def text(self) -> str:
+        """The proof as text: proven or not, the gradient norm with and without the fix, or why no fix was applied."""
         if not self.applied:
             return f"{self.name}: not proven: {self.message}"
         def fmt(v: float | None) -> str:
@@ -172,6 +174,8 @@ def _run(fn: Callable[[], Any], p: torch.Tensor, model: nn.Module, rng: torch.Te
 
 
 def prove(w: Why, fn: Callable[[], Any] | None, model: nn.Module | None) -> Proof:
+    """Re-run forward and backward with the mechanical fix for ``w``'s cause applied, in the sandbox, and measure
+    the parameter's gradient with and without it (see :meth:`Why.prove`)."""
     if w.kind not in MECHANICAL:
         what = "nothing is wrong" if w.kind is None else f"this cause ({w.kind}) has no mechanical fix"
         return Proof(w.name, w.fix, False, message=f"{what}; the fix is yours to make: {w.fix}")

@@ -73,6 +73,8 @@ class GradvizCallback(_Callback):  # type: ignore[misc]  # lightning's Callback 
         self._tb: Any = None
 
     def on_train_start(self, trainer: Any, pl_module: nn.Module) -> None:
+        """Start the monitor on the LightningModule (its optimizers and GradScaler), and a live TensorBoard
+        writer when ``tensorboard`` is set."""
         self._model = unwrap_model(pl_module)
         self._optimizers = [o for o in map(inner_optimizer, trainer.optimizers) if o is not None]
         self._scaler = getattr(trainer.precision_plugin, "scaler", None)  # "16-mixed": gradients already unscaled
@@ -83,6 +85,8 @@ class GradvizCallback(_Callback):  # type: ignore[misc]  # lightning's Callback 
             self._tb = self.monitor.to_tensorboard(where, live=True)
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: nn.Module, optimizer: Any) -> None:
+        """Count one training step (the first optimizer's), recorded every ``every`` steps: after unscaling,
+        before clipping; the first recorded step's gradient flow, and the numbers to the trainer's loggers."""
         mon, model = self.monitor, self._model
         if mon is None or model is None:
             return
@@ -106,6 +110,7 @@ class GradvizCallback(_Callback):  # type: ignore[misc]  # lightning's Callback 
                 logger.log_metrics(numbers, step=trainer.global_step)
 
     def on_train_end(self, trainer: Any, pl_module: nn.Module) -> None:
+        """Close the monitor; write and close TensorBoard, save when ``save`` is set."""
         if self.monitor is None:
             return
         self.monitor.close()

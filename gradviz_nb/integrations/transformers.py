@@ -101,6 +101,8 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
     # -- Trainer events ----------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: nn.Module | None = None,
                        optimizer: Any = None, train_dataloader: Any = None, **kwargs: Any) -> None:
+        """Start the monitor on the Trainer's model: the first-step doctor when asked, the end-of-backward hooks,
+        and a live TensorBoard writer when ``tensorboard`` is set."""
         if model is None:
             raise GradvizError("GradvizCallback got no model from the Trainer.")
         self._close_hooks()
@@ -125,12 +127,15 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
             self._tb = self.monitor.to_tensorboard(where, live=True)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Record the step here when the end-of-backward hook did not (reentrant checkpointing, or no trainable
+        parameter reached): after the Trainer clipped."""
         if not self._recorded:  # fallback mode, or a step whose backward reached no trainable parameter
             self._step_monitor(pre_clip=False)
         self._recorded = False
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                **kwargs: Any) -> None:
+        """Add the monitor's latest statistics to the Trainer's logs."""
         if not self.log or self.monitor is None or logs is None or not self.monitor.steps:
             return
         if self.monitor.steps[-1] == self._logged_record:
@@ -144,10 +149,12 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
         logs.update(numbers)  # callbacks after this one see them
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Save the monitor's records when ``save`` is set (on the main process)."""
         if self.save and state.is_world_process_zero:
             self._save(args)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Remove the hooks and close the monitor; write and close TensorBoard, save when ``save`` is set."""
         self._close_hooks()
         if self.monitor is not None:
             self.monitor.close()

@@ -56,9 +56,11 @@ class WrongGradient:
 
     @property
     def rel_error(self) -> float:
+        """``|analytic - numeric| / |numeric|`` (the numeric value floored at 1e-12)."""
         return abs(self.analytic - self.numeric) / max(abs(self.numeric), 1e-12)
 
     def describe(self) -> str:
+        """One line: the node, its module, the input and element, and both derivatives."""
         where = f" in {self.module}" if self.module else ""
         ratio = f", {self.analytic / self.numeric:.4g}x" if self.numeric else ""
         return (f"{self.op} ({self.node}{where}): gradient for input {self.input} ({self.source}) is "
@@ -91,9 +93,11 @@ class GradCheck:
 
     @property
     def ok(self) -> bool:
+        """True when every checked node's analytic gradient matches the numeric one."""
         return not self.wrong and all(i.ok for i in self.inputs)
 
     def summary(self) -> str:
+        """The result as text: nodes checked, and each wrong one described."""
         head = "gradients agree with finite differences" if self.ok else (
             f"wrong backward in {len(self.wrong)} node(s)" if self.wrong else "wrong Jacobian, no node named")
         lines = [f"gv.gradcheck: {head} ({self.compared} tensors compared)", *(f"  {w.describe()}" for w in self.wrong)]

@@ -135,6 +135,7 @@ class Capture:
         return self._stack[-1] if self._stack else None
 
     def start(self) -> Capture:
+        """Begin recording module calls (what ``with gv.capture(model):`` does on entry); returns the capture."""
         if self._handles:
             return self
         if self._observer is not None:
@@ -169,6 +170,7 @@ class Capture:
         return self
 
     def stop(self) -> None:
+        """Stop recording (what leaving the ``with`` block does); the calls recorded so far stay."""
         if self._observer is not None and self._handles:
             self._observer.stop()
             for span in _RECENT:

@@ -18,6 +18,8 @@ __all__ = ["DISTRIBUTED_NODES", "annotate_distributed", "engines"]
 
 
 class DistributedNode(NamedTuple):
+    """What a distributed autograd node is: its ``engine`` (``fsdp2``, ``ddp`` or ``dtensor``), a ``label`` to draw
+    and a ``note`` saying what it does."""
     engine: str  # "fsdp2", "ddp" or "dtensor"
     label: str
     note: str

@@ -90,6 +90,7 @@ class AutogradGraph:
         return list(self.nx.graph["notes"])
 
     def nodes_of(self, kind: str) -> Iterator[str]:
+        """The ids of the nodes of one kind (``"leaf"``, ``"op"``, ``"root"``)."""
         return (n for n, k in self.nx.nodes(data="kind") if k == kind)
 
     def leaves(self) -> dict[str, str]:

@@ -101,6 +101,7 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
 
     @property
     def selected_layers(self) -> list[str]:
+        """The layers selected in the chart (their module paths)."""
         return [self.layers[i] for i in self.source.selected.indices]
 
     def graph_target(self, layer: str) -> str:

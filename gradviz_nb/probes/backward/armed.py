@@ -44,6 +44,7 @@ class Armed:
 
     @property
     def hit(self) -> bool:
+        """True when the armed pass saw a NaN/Inf (and so recorded the full pass)."""
         return self.first >= 0
 
 

@@ -45,6 +45,7 @@ class Stop:
 
     @property
     def hit(self) -> bool:
+        """True when the breakpoint fired."""
         return self.step is not None
 
     @property
@@ -54,6 +55,7 @@ class Stop:
 
     @property
     def node(self) -> str:
+        """The graph node of the step it stopped at (``""`` when it never fired)."""
         return self.step.node if self.step is not None else ""
 
     def __str__(self) -> str:

@@ -109,6 +109,7 @@ class BackwardRecording:
 
     @property
     def graph(self) -> AutogradGraph:
+        """The recorded pass's autograd graph (traced when first asked, for a quiet armed recording)."""
         if not isinstance(self._graph, AutogradGraph):
             self._graph = self._graph()
         return self._graph

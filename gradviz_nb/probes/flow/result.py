@@ -81,16 +81,20 @@ class GradientFlow:
 
     @property
     def layers(self) -> list[ModuleStats]:
+        """The modules that own parameters directly, in model order (the charts' bars, the unit the
+        vanishing/exploding rules judge)."""
         owners = {p.module for p in self.params}
         return [m for m in self.modules if m.path in owners]
 
     def param(self, name: str) -> ParamStats:
+        """The statistics of parameter ``name`` (any of its names, for a tied weight); KeyError when there is none."""
         for p in self.params:
             if name in p.names:
                 return p
         raise KeyError(f"no parameter named {name!r}")
 
     def module(self, path: str) -> ModuleStats:
+        """The statistics of the module at ``path``; KeyError when it holds no parameters."""
         for m in self.modules:
             if m.path == path:
                 return m

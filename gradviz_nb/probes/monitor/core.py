@@ -269,6 +269,7 @@ class GradientMonitor:
         return gradient_flow(self._model(), **kwargs)
 
     def summary(self) -> str:
+        """The monitor as text: records, steps and layers, then each flag with its step, kind, target and reason."""
         rank = f", rank {self._gather.rank} of {self._gather.size}" if self._gather.size > 1 else ""
         lines = [f"GradientMonitor: {self._rec.count} records over {self.steps_seen} steps (every {self.every}, "
                  f"stride {self.stride}, capacity {self.capacity}), {len(self.layers)} layers{rank}"]

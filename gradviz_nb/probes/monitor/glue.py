@@ -38,12 +38,15 @@ class Listeners:
 
 
 def chart(monitor: GradientMonitor, **kwargs: Any) -> Any:
+    """The monitor's per-layer norms over steps as a Bokeh chart (``monitor.chart()``)."""
     from gradviz_nb.widgets.flow_charts import monitor_chart  # declared facade: charts sit above probes
 
     return monitor_chart(monitor, **kwargs)
 
 
 def to_tensorboard(monitor: GradientMonitor, writer_or_logdir: Any, histograms: bool, live: bool) -> Any:
+    """Write the monitor's per-layer statistics and verdicts to TensorBoard (``monitor.to_tensorboard(...)``; extra
+    ``tensorboard``)."""
     from gradviz_nb.integrations.tensorboard import TensorBoardLog  # declared facade: optional extra, on use
 
     log = TensorBoardLog(monitor, writer_or_logdir, histograms=histograms, live=live)

@@ -37,9 +37,11 @@ class InputInfo:
 
     @property
     def nonfinite(self) -> bool:
+        """True when this input holds a NaN or an Inf."""
         return bool(self.nan or self.inf)
 
     def describe(self) -> str:
+        """One line: the input's shape and dtype, its range, and how many NaN/Inf it holds."""
         what = "scalar" if self.scalar else f"{list(self.shape)} {self.dtype}"
         state = (f"{self.nan} NaN, {self.inf} Inf" if self.nonfinite else "finite")
         return f"{what}, {state}, max |x| {_num(self.max_abs)}, min {_num(self.min)}, {self.zeros} zeros"
@@ -58,6 +60,7 @@ class Site:
     node: str = ""
 
     def describe(self) -> str:
+        """Where, in words: the op, its pass, module and source line."""
         where = f"in {self.module or '(top level)'}" + (f" ({self.module_type})" if self.module_type else "")
         node = f" [{self.node}]" if self.node else ""
         return f"{self.phase} {self.op}{node} {where} at {self.line or '(unknown line)'}"
@@ -89,9 +92,11 @@ class NonFinite:
 
     @property
     def site(self) -> Site:
+        """Where it was born (:class:`Site`): pass, op, module, module type, source line and graph node."""
         return Site(self.phase, self.op, self.module, self.module_type, self.line, self.node)
 
     def summary(self) -> str:
+        """The origin as text: what was born where, its cause, and the op's inputs."""
         lines = [f"{self.kind} born in {self.site.describe()}", f"  cause: {self.cause}: {self.detail}"]
         lines += [f"  input {i}: {x.describe()}" for i, x in enumerate(self.inputs)]
         if self.became_nan is not None:
@@ -106,6 +111,7 @@ class NonFinite:
         return f"<NonFinite {self.kind} {self.phase} {self.op} in {where} at {self.line or '?'}: {self.cause}>"
 
     def to_dict(self) -> dict[str, Any]:
+        """The origin as plain data (kind, phase, op, module, line, cause, detail, inputs)."""
         out = asdict(self)
         out["inputs"] = [{**asdict(x), "nonfinite": x.nonfinite} for x in self.inputs]
         return out
@@ -123,6 +129,7 @@ def _num(x: float) -> str:
 
 
 def input_info(x: Any) -> InputInfo:
+    """What one op input looked like when the NaN/Inf was born (shape, dtype, range, NaN/Inf counts)."""
     if not isinstance(x, torch.Tensor):
         v = float(x)
         return InputInfo((), type(x).__name__, int(math.isnan(v)), int(math.isinf(v)), int(v == 0),

@@ -37,6 +37,8 @@ class SavedTensor(TypedDict):
 
 
 class TensorSummary(TypedDict):
+    """``TensorSummary`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     numel: int
     head: list[Number | str]
     norm: Number | None
@@ -49,6 +51,8 @@ class TensorSummary(TypedDict):
 
 
 class GraphNode(TypedDict):
+    """``GraphNode`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     id: str
     kind: Literal["op", "leaf", "root"]
     op: str
@@ -66,6 +70,8 @@ class GraphNode(TypedDict):
 
 
 class GraphEdge(TypedDict):
+    """``GraphEdge`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     source: str
     target: str
     output_nr: int
@@ -74,6 +80,8 @@ class GraphEdge(TypedDict):
 
 
 class ModuleCall(TypedDict):
+    """``ModuleCall`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     id: str
     path: str
     type: str
@@ -83,6 +91,8 @@ class ModuleCall(TypedDict):
 
 
 class GraphMeta(TypedDict):
+    """``GraphMeta`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     torch_version: str
     captured: bool
     notes: list[str]
@@ -92,6 +102,8 @@ class GraphMeta(TypedDict):
 
 
 class Wiring(TypedDict):
+    """``Wiring`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     ids: list[str]
     kinds: str
     calls: list[int]
@@ -103,6 +115,8 @@ class Wiring(TypedDict):
 
 
 class FoldGroup(TypedDict):
+    """``FoldGroup`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     id: str
     calls: list[str]
     parent: str
@@ -110,6 +124,8 @@ class FoldGroup(TypedDict):
 
 
 class GhostTensor(TypedDict):
+    """``GhostTensor`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     id: str
     kind: Literal["detached", "frozen"]
     label: str
@@ -128,6 +144,8 @@ EdgeShape = tuple[int, Shape]
 
 
 class GraphPayload(TypedDict):
+    """``GraphPayload`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     version: Literal[1]
     nodes: list[GraphNode]
     edges: list[GraphEdge]
@@ -141,20 +159,28 @@ class GraphPayload(TypedDict):
 
 
 class Chunk(TypedDict):
+    """``Chunk`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     call: str
     nodes: list[GraphNode]
     edge_shapes: list[EdgeShape]
 
 
 class LoadBody(TypedDict):
+    """``LoadBody`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     calls: list[str]
 
 
 class ValuesBody(TypedDict):
+    """``ValuesBody`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     node: str
 
 
 class VerifyBody(TypedDict):
+    """``VerifyBody`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     question: str
 
 
@@ -169,10 +195,14 @@ class PageRequest(TypedDict):
 
 
 class LoadReplyBody(TypedDict):
+    """``LoadReplyBody`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     chunks: list[Chunk]
 
 
 class ValuesReplyBody(TypedDict):
+    """``ValuesReplyBody`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     node: str
     value: TensorSummary | None
     grad: TensorSummary | None
@@ -192,6 +222,8 @@ class WhyAnswer(TypedDict):
 
 
 class WhyReplyBody(TypedDict):
+    """``WhyReplyBody`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     node: str
     answer: WhyAnswer | None
     missing: str
@@ -209,11 +241,15 @@ class PageReply(TypedDict):
 
 
 class Toggles(TypedDict):
+    """``Toggles`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     detach: list[str]
     freeze: list[str]
 
 
 class WhatIfAnswer(TypedDict):
+    """``WhatIfAnswer`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     lost_ids: list[str]  # node ids; every other ``lost`` field holds leaf names
     pruned: list[str]
     runs: int
@@ -221,6 +257,8 @@ class WhatIfAnswer(TypedDict):
 
 
 class Verification(TypedDict):
+    """``Verification`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     toggles: Toggles
     predicted_lost: list[str]
     checked_lost: NotRequired[list[str]]
@@ -239,6 +277,8 @@ OverlayRow = tuple[str, str]
 
 
 class Overlay(TypedDict):
+    """``Overlay`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     title: str
     values: dict[str, Number]
     scale: Literal["log", "linear"]
@@ -249,6 +289,8 @@ class Overlay(TypedDict):
 
 
 class RecordedGrad(TypedDict):
+    """``RecordedGrad`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     shape: list[int]
     norm: Number
     mean: Number
@@ -272,6 +314,8 @@ RecordedStep = TypedDict("RecordedStep", {
 
 
 class Recording(TypedDict):
+    """``Recording`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     passes: int
     steps: list[RecordedStep]
     values: dict[str, list[Number]]
@@ -282,6 +326,8 @@ DiffStatus = Literal["added", "removed", "changed", "same"]
 
 
 class GraphDiff(TypedDict):
+    """``GraphDiff`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     status: dict[str, DiffStatus]
     why: dict[str, str]
     added_leaves: list[str]
@@ -295,6 +341,8 @@ class GraphDiff(TypedDict):
 
 
 class DoctorFinding(TypedDict):
+    """``DoctorFinding`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     kind: str
     target: str
     message: str
@@ -309,6 +357,8 @@ CheckpointMode = Literal["non_reentrant", "reentrant"]
 
 
 class CheckpointOp(TypedDict):
+    """``CheckpointOp`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     id: str
     call: str
     seq: int
@@ -319,6 +369,8 @@ class CheckpointOp(TypedDict):
 
 
 class CheckpointInput(TypedDict):
+    """``CheckpointInput`` of ``js/src/payload.ts`` (field for field; the TypeScript documents each field)."""
+
     call: str
     storages: list[int]
     producers: list[str]
