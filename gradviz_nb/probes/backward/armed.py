@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward.nested import Nested
 from gradviz_nb.probes.backward.undo import HOOK_NODE, undone, user_hooks
 from gradviz_nb.tracing import typed_torch
 from gradviz_nb.tracing.walk import reachable
@@ -87,44 +88,75 @@ def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str, model
     if until not in UNTIL:
         raise GradvizError(f"record_backward(until={until!r}): give one of {', '.join(map(repr, UNTIL))}.")
     nodes = reachable([loss.grad_fn])
-    slots: dict[Any, int] = {}
-    for _, next_functions in nodes:
-        for nxt, _ in next_functions:
-            if nxt is not None:
-                slots[nxt] = slots.get(nxt, 0) + 1
     flags: list[torch.Tensor] = []
-    step_of: list[int] = []  # flag -> engine step
-    order: list[Any] = []
+    step_of: list[int] = []  # flag -> engine step (set when the step finishes: the full record's order)
+    order: list[Any] = []  # nodes in the order they finished, as the full record numbers its steps
+    pending: dict[Any, list[int]] = {}  # flags a node's pre-hook read, until it finishes
 
-    def pre(fn: Any) -> Callable[[tuple[Any, ...]], None]:
-        many = slots.get(fn, 0) != 1  # the root's buffer and sums of several producers
-
+    def pre(fn: Any, many: bool) -> Callable[[tuple[Any, ...]], None]:
+        # many: the root's buffer and sums of several producers (a one-slot buffer holds what was checked)
         def hook(grad_outputs: tuple[Any, ...]) -> None:
-            order.append(fn)
             if many:
                 n = len(flags)
                 _flags(grad_outputs, flags)
-                step_of.extend([len(order) - 1] * (len(flags) - n))
+                pending[fn] = list(range(n, len(flags)))
+                step_of.extend([-1] * (len(flags) - n))
         return hook
 
-    def post(grad_inputs: tuple[Any, ...], _: tuple[Any, ...]) -> None:
-        n = len(flags)
-        _flags(grad_inputs, flags)
-        step_of.extend([len(order) - 1] * (len(flags) - n))
+    def post(fn: Any) -> Callable[[tuple[Any, ...], tuple[Any, ...]], None]:
+        def hook(grad_inputs: tuple[Any, ...], _: tuple[Any, ...]) -> None:
+            step = len(order)
+            for k in pending.pop(fn, ()):
+                step_of[k] = step
+            n = len(flags)
+            _flags(grad_inputs, flags)
+            step_of.extend([step] * (len(flags) - n))
+            order.append(fn)
+        return hook
+
+    def hook_all(visited: list[tuple[Any, Any]]) -> list[Any]:
+        slots: dict[Any, int] = {}
+        for _, next_functions in visited:
+            for nxt, _ in next_functions:
+                if nxt is not None:
+                    slots[nxt] = slots.get(nxt, 0) + 1
+        return [h for fn, _ in visited
+                for h in (fn.register_prehook(pre(fn, slots.get(fn, 0) != 1)), fn.register_hook(post(fn)))]
+
+    inner_grads: dict[int, tuple[torch.Tensor, Any]] = {}  # leaves of nested calls: their .grad put back
+
+    def nested(roots: list[torch.Tensor], outer: Any) -> Callable[[], None]:
+        # an engine call inside the backward (a reentrant checkpoint's inner backward): its nodes checked too
+        inner = reachable([t.grad_fn for t in roots])
+        for fn, _ in inner:
+            var = getattr(fn, "variable", None)
+            if isinstance(var, torch.Tensor) and id(var) not in inner_grads and id(var) not in outer_ids:
+                inner_grads[id(var)] = (var, var.grad)
+                var.grad = None
+        inner_handles = hook_all(inner)
+        del inner
+
+        def undo() -> None:
+            for h in inner_handles:
+                h.remove()
+        return undo
 
     leaves = [fn.variable for fn, _ in nodes if hasattr(fn, "variable")]
+    outer_ids = {id(t) for t in leaves}
     saved = [t.grad for t in leaves]
     hooked = user_hooks(leaves, ()) or any(HOOK_NODE in fn.name() for fn, _ in nodes)
-    handles = [h for fn, _ in nodes for h in (fn.register_prehook(pre(fn)), fn.register_hook(post))]
+    handles = hook_all(nodes)
     try:
         for t in leaves:
             t.grad = None
-        with undone(leaves, model, hooked=hooked):
+        with undone(leaves, model, hooked=hooked), Nested(nested):
             typed_torch.backward(loss, grad, retain_graph=True)
     finally:
         for h in handles:
             h.remove()
         for t, g in zip(leaves, saved, strict=True):
+            t.grad = g
+        for t, g in inner_grads.values():
             t.grad = g
         del nodes, handles
     if not flags:

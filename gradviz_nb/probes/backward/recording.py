@@ -22,6 +22,7 @@ from torch import nn
 from gradviz_nb.analysis.derivatives import SAVED_INPUT, explain
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward.armed import Armed, armed_check
+from gradviz_nb.probes.backward.nested import Nested
 from gradviz_nb.probes.backward.stats import SAME_ELEMENTS, GradStats, Pending, Tracker, resolve
 from gradviz_nb.probes.backward.undo import undone, user_hooks
 from gradviz_nb.probes.nonfinite import NonFinite, forward_origin
@@ -239,7 +240,10 @@ def record_backward(
     the first). ``keep_values`` keeps full values of every gradient (not only small ones and leaves).
     ``into`` appends this pass to an earlier recording of the same graph structure (a training loop).
     ``grad``: the gradient of a non-scalar ``loss`` (as in ``loss.backward(grad)``).
-    Parameters the graph cannot show (inside a reentrant checkpoint) are recorded too: ``leaf_grad``.
+    Parameters the graph cannot show (inside a reentrant checkpoint) are recorded too: ``leaf_grad``. Engine
+    calls made inside the backward (a reentrant checkpoint's inner backward, ``autograd.grad`` in a custom
+    backward) are followed: their nodes join the graph inside the outer node's box, their steps the recording
+    (:mod:`gradviz_nb.probes.backward.nested`).
     ``until="nonfinite"`` arms it: the backward runs with only a cheap finiteness check per gradient, and
     is recorded in full only when a NaN/Inf appeared (else no steps; ``rec.armed`` says what was checked, and
     ``rec.graph`` is traced when first asked, while ``loss`` is alive: nothing keeps a quiet step's graph).
@@ -278,11 +282,13 @@ def record_backward(
     run = _Recorder(rec, graph, nodes, accumulate, keep_values, keep_leaf_values)
     run.hidden = _hidden_params(model, names, run.leaf_tensors.values())
     leaves = [*run.leaf_tensors.values(), *(t for t, _ in run.hidden)]
+    run.put_back = {id(t): (t, None) for t in leaves}  # these _grads_put_back restores
     hooked = user_hooks(leaves, (op for _, op in graph.nx.nodes(data="op")))  # before our own hooks go on
     handles = run.install(nodes)
     try:
         with undone(leaves, model, hooked=hooked, keep_grads=accumulate), \
-                _grads_put_back(leaves, enabled=not accumulate):
+                _grads_put_back(leaves, enabled=not accumulate), \
+                Nested(lambda roots, outer: run.nested(roots, outer, model, names)):
             typed_torch.backward(loss, grad, retain_graph=True)
     except RuntimeError as err:
         failing = run.failing()
@@ -291,6 +297,9 @@ def record_backward(
     finally:
         for h in handles:
             h.remove()
+        for t, g in [v for k, v in run.put_back.items() if k not in {id(x) for x in leaves}]:
+            t.grad = g
+        run.node_ids.clear()
         del nodes, handles  # drop every autograd Node reference
     run.finish()
     rec.armed = armed if armed is not None else rec.armed
@@ -355,21 +364,11 @@ class _Recorder:
                  keep_values: bool, keep_leaf_values: bool) -> None:
         self.rec, self.pass_index = rec, rec.passes
         self.accumulate, self.keep_values, self.keep_leaf = accumulate, keep_values, keep_leaf_values
-        attrs = graph.nx.nodes
-        self.leaf_tensors = {n: fn.variable for fn, n in nodes.items() if attrs[n]["kind"] == "leaf"}
-        # producer (node id, output_nr) per input_nr, from the traced edges (no next_functions read again)
-        self.producers: dict[str, list[tuple[str, int] | None]] = {n: [] for n in nodes.values()}
-        slots: dict[str, int] = {}  # incoming slots of each node's buffer (the root's: none counted)
-        for u, v, pairs in graph.nx.edges(data="slots"):
-            ps = self.producers.get(v)
-            if ps is None:  # an edge into a root
-                continue
-            for out, input_nr in pairs:
-                ps.extend([None] * (input_nr + 1 - len(ps)))
-                ps[input_nr] = (u, out)
-                slots[u] = slots.get(u, 0) + 1
-        self.one_slot = {n for n, k in slots.items() if k == 1}
-        self.op_of = {n: attrs[n]["op"] for n in nodes.values()}
+        self.leaf_tensors: dict[str, torch.Tensor] = {}
+        self.producers: dict[str, list[tuple[str, int] | None]] = {}
+        self.one_slot: set[str] = set()
+        self.op_of: dict[str, str] = {}
+        self._index(graph, nodes)
         self.track = Tracker()
         self.early: dict[str, tuple[list[Pending | None], Pending | None]] = {}  # read by _early pre-hooks
         self.started: list[str] = []  # node ids in the order the engine started them
@@ -378,12 +377,72 @@ class _Recorder:
         self.hidden: list[tuple[torch.Tensor, list[str]]] = []
         self.hidden_grads: dict[str, torch.Tensor | None] = {}
         self.distributed = _distributed()
+        self.node_ids: dict[Any, str] = dict(nodes)  # live nodes -> ids while the pass runs (dropped after)
+        self.nested_calls: dict[str, int] = {}
+        self.put_back: dict[int, tuple[torch.Tensor, Any]] = {}  # id -> (tensor, .grad): set by record_backward
+
+    def _index(self, graph: AutogradGraph, nodes: dict[Any, str]) -> None:
+        """Leaves, producers per input and one-slot buffers of ``nodes`` (the traced graph's, or a nested
+        engine call's, already merged into the recording's graph)."""
+        attrs = graph.nx.nodes
+        self.leaf_tensors.update({n: fn.variable for fn, n in nodes.items() if attrs[n]["kind"] == "leaf"})
+        # producer (node id, output_nr) per input_nr, from the traced edges (no next_functions read again)
+        ids = set(nodes.values())
+        self.producers.update({n: [] for n in ids})
+        slots: dict[str, int] = {}  # incoming slots of each node's buffer (the root's: none counted)
+        for u, v, pairs in graph.nx.edges(data="slots"):
+            ps = self.producers.get(v) if v in ids else None
+            if ps is None:  # an edge into a root, or outside these nodes
+                continue
+            for out, input_nr in pairs:
+                ps.extend([None] * (input_nr + 1 - len(ps)))
+                ps[input_nr] = (u, out)
+                slots[u] = slots.get(u, 0) + 1
+        self.one_slot.update(n for n, k in slots.items() if k == 1)
+        self.op_of.update({n: attrs[n]["op"] for n in nodes.values()})
+
+    def nested(self, roots: list[torch.Tensor], outer: Any, model: nn.Module | None,
+               names: Mapping[str, torch.Tensor] | None) -> Callable[[], None]:
+        """An engine call made inside the backward (a reentrant checkpoint's inner backward, an
+        ``autograd.grad`` in a custom backward): its nodes join the recording's graph inside the outer node's
+        module call, ids ``"<outer id>/<k>/<id>"``, and are hooked until the call returns."""
+        graph = self.rec.graph
+        outer_id = self.node_ids.get(outer, "") if outer is not None else ""
+        count = self.nested_calls.get(outer_id, 0)
+        self.nested_calls[outer_id] = count + 1
+        prefix = f"{outer_id or 'nested'}/{count}/"
+        inner, inner_nodes = trace_with_nodes(roots, model, None, names)
+        where = graph.nx.nodes[outer_id] if outer_id in graph.nx else {}
+        kept = {n: prefix + n for n, d in inner.nx.nodes(data=True) if d["kind"] != "root"}
+        for n, new in kept.items():
+            if new not in graph.nx:
+                d = dict(inner.nx.nodes[n])
+                d["call"], d["module"] = where.get("call", ""), where.get("module", "")
+                graph.nx.add_node(new, **d)
+        for u, v, d in inner.nx.edges(data=True):
+            if u in kept and v in kept and not graph.nx.has_edge(kept[u], kept[v]):
+                graph.nx.add_edge(kept[u], kept[v], **d)
+        mapped = {fn: kept[n] for fn, n in inner_nodes.items() if n in kept}
+        for fn in mapped:  # a leaf only the nested call reaches (no model= named it): its .grad put back
+            var = getattr(fn, "variable", None)
+            if isinstance(var, torch.Tensor) and not self.accumulate and id(var) not in self.put_back:
+                self.put_back[id(var)] = (var, var.grad)
+                var.grad = None
+        self.node_ids.update(mapped)
+        self._index(graph, mapped)
+        handles = self.install(mapped, hidden=False)
+        del inner_nodes, mapped
+
+        def undo() -> None:
+            for h in handles:
+                h.remove()
+        return undo
 
     @property
     def finished(self) -> set[str]:
         return {entry[0] for entry in self.order}
 
-    def install(self, nodes: dict[Any, str]) -> list[Any]:
+    def install(self, nodes: dict[Any, str], hidden: bool = True) -> list[Any]:
         handles = []
         started = self.started.append
         for fn, node_id in nodes.items():
@@ -392,7 +451,7 @@ class _Recorder:
             else:
                 handles.append(fn.register_prehook(lambda _, n=node_id: started(n)))
             handles.append(fn.register_hook(self._post(node_id)))
-        for t, param_names in self.hidden:
+        for t, param_names in self.hidden if hidden else ():
             handles.append(typed_torch.register_hook(t, self._arrived(param_names)))
         return handles
 
@@ -552,7 +611,7 @@ def _grads_put_back(tensors: Any, enabled: bool) -> Iterator[None]:
 
 
 def _signature(graph: AutogradGraph) -> list[tuple[str, str]]:
-    return sorted((n, d["op"]) for n, d in graph.nx.nodes(data=True))
+    return sorted((n, d["op"]) for n, d in graph.nx.nodes(data=True) if "/" not in n)  # nested calls' nodes aside
 
 
 def _forward_values(graph: AutogradGraph, nodes: dict[Any, str]) -> tuple[dict[str, list[float]], dict[str, float]]:
