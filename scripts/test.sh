@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command runs every check and every test:
 #   bash scripts/test.sh [extra pytest args]
-# JS unit tests, ruff, mypy, then pytest (unit, property, notebooks, browser end-to-end).
+# JS unit tests, ruff, mypy, then pytest (unit, property, notebooks, browser end-to-end), then the quick
+# tier again on the newest torch in .venv-torch-newest.
 # Browser tests need /usr/bin/chromium. Without it they are skipped with a reason, except under CI=true,
 # where a missing browser fails the run. Every step runs; the exit code is non-zero if any failed.
 set -uo pipefail
@@ -52,6 +53,20 @@ else
 fi
 
 run "pytest" "$VBIN/python" -m pytest "$@"
+
+# The quick tier again on the newest torch (scripts/setup.sh makes .venv-torch-newest): the supported range's
+# other end. Its own venv, so its kernels (nbclient's python3) run that torch too.
+NEW_PY="$PWD/.venv-torch-newest/bin/python"
+if [ -x "$NEW_PY" ]; then
+  new_torch=$("$NEW_PY" -c 'import importlib.metadata as m; print(m.version("torch"))')
+  PATH="$PWD/.venv-torch-newest/bin:$PATH" run "pytest -m 'not slow' on torch $new_torch" \
+    "$NEW_PY" -m pytest -m "not slow" -p no:cacheprovider "$@"
+elif [ "${CI:-}" = "true" ]; then
+  echo "error: no .venv-torch-newest under CI; run: bash scripts/setup.sh" >&2
+  failed+=("pytest on the newest torch (no .venv-torch-newest)")
+else
+  echo; echo "==> .venv-torch-newest missing (bash scripts/setup.sh makes it): the newest torch's quick tier skipped"
+fi
 
 printf '\n==> summary\n'
 printf '    %s\n' "${summary[@]}"

@@ -77,19 +77,23 @@ class InputCheck:
     ok: bool
     max_error: float  # max |analytical - numerical| over the entries
     rel_error: float  # ||analytical - numerical|| / ||numerical||
+    kinks: int = 0  # entries at a kink: off the central difference, between the one-sided derivatives
 
 
 @dataclass(frozen=True)
 class GradCheck:
     """Answer of :func:`gradcheck`. ``wrong``: nodes with a wrong backward, in forward order; ``inputs``:
     per checked input; ``graph``: the traced run (wrong nodes in its notes); ``compared``: tensors whose
-    gradient met finite differences; ``conventions``: tensors that disagreed without reaching a leaf."""
+    gradient met finite differences; ``conventions``: tensors that disagreed without reaching a leaf;
+    ``kinks``: tensors where the loss has a kink along the checked direction (one-sided differences
+    disagree), so finite differences cannot judge their gradient."""
 
     wrong: list[WrongGradient]
     inputs: list[InputCheck]
     graph: AutogradGraph = field(repr=False)
     compared: int = 0
     conventions: list[str] = field(default_factory=list)
+    kinks: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -102,10 +106,16 @@ class GradCheck:
             f"wrong backward in {len(self.wrong)} node(s)" if self.wrong else "wrong Jacobian, no node named")
         lines = [f"gv.gradcheck: {head} ({self.compared} tensors compared)", *(f"  {w.describe()}" for w in self.wrong)]
         ins = ", ".join(f"{i.name} {'ok' if i.ok else 'WRONG'} (max error {i.max_error:.2g}"
-                        + ("" if i.ok else f", rel. error {i.rel_error:.3g}") + ")" for i in self.inputs)
+                        + ("" if i.ok else f", rel. error {i.rel_error:.3g}")
+                        + (f"; {i.kinks} {'entry' if i.kinks == 1 else 'entries'} at a kink, between the one-sided "
+                           "derivatives" if i.kinks else "")
+                        + ")" for i in self.inputs)
         lines.append(f"  inputs (torch.autograd.gradcheck's Jacobians): {ins}")
         if self.conventions:
             lines.append(f"  not named (reaches no leaf's gradient): {', '.join(self.conventions)}")
+        if self.kinks:
+            lines.append(f"  not judged (at a kink, e.g. a clamp or relu input exactly on its bound, where any "
+                         f"one-sided derivative is a valid choice): {', '.join(self.kinks)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -254,16 +264,31 @@ class _Session:
     def numeric(self, k: int, call: int | None = None, frontier: list[int] | None = None) -> float:
         """Central difference along ``direction(k)`` of L, or with a ``frontier`` of ``sum_m <dL/dT_m, T_m>``
         (dL/dT_m as backward gave it: fixed weights, so only the ops in between are differentiated)."""
+        plus, minus = self._ends(k, self.eps, call, frontier)
+        return (plus - minus) / (2 * self.eps)
+
+    def _ends(self, k: int, h: float, call: int | None = None, frontier: list[int] | None = None) -> list[float]:
+        """L (or the frontier sum) with ``T_k`` shifted by ``+h`` and ``-h`` along ``direction(k)``."""
         ends = []
         for sign in (1.0, -1.0):
-            probe = _Probe(k, sign * self.eps * self.direction(k), call)
+            probe = _Probe(k, sign * h * self.direction(k), call)
             with torch.no_grad():
                 obs, outs = self.run(probe)
                 if not probe.hit or [t.shape for t in obs.values[:len(self.shapes)]] != self.shapes:
                     raise GradvizError("fn took another path when re-run; gv.gradcheck needs fn to do the same ops.")
                 ends.append(float(self.loss(outs)) if frontier is None else
                             sum(_dot(self.grads[m], obs.values[m]) for m in frontier))
-        return (ends[0] - ends[1]) / (2 * self.eps)
+        return ends
+
+    def at_kink(self, k: int) -> bool:
+        """L is not differentiable at ``T_k`` along ``direction(k)``: its one-sided differences disagree by
+        more than the tolerance, and by as much at half the step (a smooth curvature's gap halves with the
+        step; a kink's stays). A clamp or relu whose input sits exactly on its bound is one."""
+        gaps = []
+        for h in (self.eps, self.eps / 2):
+            plus, minus = self._ends(k, h)
+            gaps.append(abs(plus + minus - 2 * self.base) / h)  # |forward slope - backward slope|
+        return gaps[0] > self.atol + self.rtol * abs(self.numeric_of[k]) and gaps[1] > 0.75 * gaps[0]
 
     def direction(self, k: int) -> torch.Tensor:
         if k not in self.directions:
@@ -289,8 +314,9 @@ class _Session:
         names = {f"inputs[{i}]": a for i, a in enumerate(self.args) if isinstance(a, torch.Tensor)}
         graph, nodes = trace_with_nodes(outs, model=self.model, capture=cap, names=names)
         self.g = graph.nx
+        self.base = float(self.loss(outs).detach())
         with torch.no_grad():
-            if float(self.loss(self.run(None)[1])) != float(self.loss(outs)):
+            if float(self.loss(self.run(None)[1])) != self.base:
                 raise GradvizError("fn gave another result when re-run with the same inputs; make it deterministic.")
         edges = {k: torch.autograd.graph.get_gradient_edge(t) for k, t in enumerate(obs.values)
                  if t._version == obs.versions[k]}
@@ -298,9 +324,9 @@ class _Session:
         self.analytic = self._analytic(self.loss(outs), obs.values, nodes)
         del nodes, edges, obs, outs  # drop the live autograd graph
         self.numeric_of = {k: self.numeric(k) for k in self.where}
-        wrong, conventions = self._localise()
+        wrong, conventions, kinks = self._localise()
         graph.nx.graph["notes"] += [f"gv.gradcheck: {w.describe()}" for w in wrong]
-        return GradCheck(wrong, self._input_checks(), graph, len(self.where), conventions)
+        return GradCheck(wrong, self._input_checks(), graph, len(self.where), conventions, kinks)
 
     def _analytic(self, loss: torch.Tensor, values: list[torch.Tensor], nodes: dict[Any, str]) -> dict[int, float]:
         self.gin: dict[str, tuple[torch.Tensor | None, ...]] = {}  # what each node's backward sent its inputs
@@ -317,13 +343,15 @@ class _Session:
         self.grads = dict(zip(self.where, grads, strict=True))
         return {k: _dot(g, self.direction(k)) for k, g in self.grads.items()}
 
-    def _localise(self) -> tuple[list[WrongGradient], list[str]]:
+    def _localise(self) -> tuple[list[WrongGradient], list[str], list[str]]:
         self.at = {place: k for k, place in self.where.items()}
         bad = [k for k in self.where if not self.close(self.analytic[k], self.numeric_of[k])]
+        kinks = [k for k in bad if self.at_kink(k)]  # finite differences cannot judge a gradient there
+        # A leaf at a kink still counts as reached: a wrong node further down is named by its own check.
         bad_leaves = {self.where[k][0] for k in bad if self.g.nodes[self.where[k][0]]["kind"] == "leaf"}
         wrong: dict[tuple[str, int], WrongGradient] = {}
         conventions = []
-        for k in bad:
+        for k in (k for k in bad if k not in kinks):
             u, o = self.where[k]
             if u not in bad_leaves and not bad_leaves & nx.ancestors(self.g, u):
                 conventions.append(self._name(u))
@@ -341,7 +369,7 @@ class _Session:
                 for y, i in pairs if not self.close(a, n) else []:
                     d = self.g.nodes[y]
                     wrong.setdefault((y, i), WrongGradient(y, d["op"], d["module"], i, self._name(u), a, n))
-        return list(wrong.values()), conventions
+        return list(wrong.values()), conventions, [self._name(self.where[k][0]) for k in kinks]
 
     def _frontier(self, start: set[str]) -> list[int]:
         """The compared tensors first met downstream of the nodes ``start``."""
@@ -388,7 +416,41 @@ class _Session:
             pairs = [(per_out[j], numerical[j][o]) for o, per_out in enumerate(analytical)]
             diff = torch.cat([(a - n).flatten() for a, n in pairs])
             num = torch.cat([n.flatten() for _, n in pairs])
-            ok = all(torch.allclose(a, n, self.rtol, self.atol) for a, n in pairs)
+            ok, kinks = self._agree_but_at_kinks(plain, i, pairs)
             result.append(InputCheck(i, f"inputs[{i}]", ok, float(diff.abs().max()) if diff.numel() else 0.0,
-                                     float(diff.norm() / max(float(num.norm()), 1e-12))))
+                                     float(diff.norm() / max(float(num.norm()), 1e-12)), kinks))
         return result
+
+    def _agree_but_at_kinks(self, plain: Callable[..., tuple[torch.Tensor, ...]], i: int,
+                            pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[bool, int]:
+        """(whether the Jacobians agree, how many entries sit at a kink). An entry that misses the central
+        difference is still right at a kink of that input element (its one-sided differences disagree, by
+        as much at half the step) when it lies between the two one-sided derivatives: clamp at its bound
+        passes 1 up to torch 2.13 and 0 from 2.14 on, both one-sided derivatives, both right."""
+        close = [torch.isclose(a, n, self.rtol, self.atol) for a, n in pairs]  # [input element, output element]
+        rows = sorted({int(r) for c in close for r in (~c).nonzero()[:, 0]})
+        if not rows:
+            return True, 0
+        base = [o.detach().flatten() for o in plain(*self.args)]
+        kinks = 0
+        for row in rows:
+            slopes = []
+            for h in (self.eps, self.eps / 2):
+                ends = []
+                for sign in (1.0, -1.0):
+                    x = self.args[i].detach().clone()
+                    x.view(-1)[row] += sign * h
+                    args = list(self.args)
+                    args[i] = x
+                    ends.append([o.detach().flatten() for o in plain(*args)])
+                slopes.append([((p - b) / h, (b - m) / h) for p, m, b in zip(*ends, base, strict=True)])
+            for o, ((a, n), c) in enumerate(zip(pairs, close, strict=True)):
+                (fwd, bwd), (fwd2, bwd2) = slopes[0][o], slopes[1][o]
+                tol = self.atol + self.rtol * n[row].abs()
+                gap, gap2 = (fwd - bwd).abs(), (fwd2 - bwd2).abs()
+                kink = (gap > tol) & (gap2 > 0.75 * gap)
+                between = (a[row] >= torch.minimum(fwd, bwd) - tol) & (a[row] <= torch.maximum(fwd, bwd) + tol)
+                if not bool((c[row] | (kink & between)).all()):
+                    return False, kinks
+                kinks += int((~c[row] & kink).sum())
+        return True, kinks

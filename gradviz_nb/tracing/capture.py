@@ -37,7 +37,7 @@ def _sequence_counter() -> int:
     if getter is None:  # private API: fail loudly rather than attribute wrongly
         raise GradvizError(
             f"torch {torch.__version__} has no torch.autograd._get_sequence_nr; module capture needs it. "
-            "Trace without capture, or use a torch version between 2.1 and 2.13."
+            "Trace without capture, or use a torch version from 2.13 to 2.15."
         )
     return int(getter())
 

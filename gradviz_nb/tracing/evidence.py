@@ -12,6 +12,7 @@ do more. A saturating op adds one reduction, kept as a tensor (no device sync) u
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["WATCHED", "Evidence", "checkpoint_call_line", "hook_name", "hook_wrapper", "saturation_stats"]
+__all__ = ["WATCHED", "Evidence", "checkpoint_call_line", "clamp_tie_derivative", "hook_name", "hook_wrapper",
+           "saturation_stats"]
 
 _T = torch.Tensor
 # What each watched call is evidence of. Values: the event kind; the observer decides the rest.
@@ -76,7 +78,8 @@ class Evidence:
     @property
     def numbers(self) -> dict[str, float]:
         """The measured numbers, read (one device sync) on first use: ``fraction`` saturated and mean
-        local ``derivative`` of a saturating op; ``grad_in`` / ``grad_out`` norms of a hook's gradient."""
+        local ``derivative`` of a saturating op (a clipping op's ``on_bound``: the fraction of its inputs
+        exactly on a bound, where its derivative is 0); ``grad_in`` / ``grad_out`` norms of a hook's gradient."""
         stats = self._stats
         if isinstance(stats, dict):
             return stats
@@ -85,8 +88,10 @@ class Evidence:
         values = [float(v) for v in stats.tolist()] if isinstance(stats, torch.Tensor) else []
         if self.kind == "zero-derivative" and len(values) == 3 and values[2]:
             out = {"zeros": values[0] / values[2]}
-        elif self.kind == "saturated" and len(values) == 3 and values[2]:
+        elif self.kind == "saturated" and len(values) in (3, 4) and values[2]:
             out = {"fraction": values[0] / values[2], "derivative": values[1] / values[2]}
+            if len(values) == 4:
+                out["on_bound"] = values[3] / values[2]  # inputs exactly on a bound, counted flat
         elif self.kind == "hook" and len(values) == 2:
             out = {"grad_in": values[0], "grad_out": values[1]}
         else:
@@ -95,19 +100,68 @@ class Evidence:
         return out
 
 
+@functools.cache
+def clamp_tie_derivative(tensor_bound: bool = False) -> float:
+    """The derivative this torch's ``clamp`` (``clamp_min``, ``clamp_max``, ``clip``) gives where the input
+    equals a bound: up to torch 2.13, 1; from 2.14 on, 0 for a number bound and 0.5 for a tensor bound (split
+    as ``maximum`` splits a tie). Measured once per kind on the installed torch, not read off its version."""
+    with torch.inference_mode(False), torch.enable_grad(), torch._C.DisableTorchFunction():
+        x = torch.zeros(1, requires_grad=True)
+        bound = torch.zeros(1) if tensor_bound else 0.0
+        (grad,) = torch.autograd.grad(torch.clamp(x, min=bound).sum(), x)
+    return float(grad.item())
+
+
+def _bounds(name: str, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """The (lower, upper) bound of a clipping op's call; None where it has none."""
+
+    def arg(i: int, key: str, default: Any = None) -> Any:
+        return args[i] if len(args) > i else kwargs.get(key, default)
+
+    if name == "relu":
+        return 0.0, None
+    if name == "relu6":
+        return 0.0, 6.0
+    if name == "hardtanh":
+        return arg(1, "min_val", -1.0), arg(2, "max_val", 1.0)
+    if name == "clamp_min":
+        return arg(1, "min"), None
+    if name == "clamp_max":
+        return None, arg(1, "max")
+    return arg(1, "min"), arg(2, "max")  # clamp, clip
+
+
 def saturation_stats(func: Any, out: torch.Tensor, args: Any, kwargs: Any) -> torch.Tensor | None:
     """``[saturated count, sum of the local derivative, numel]`` of a saturating op's output, as one
-    tensor (no sync); None when the op is not one whose saturation we know how to read."""
+    tensor (no sync), plus, for a clipping op, the count of inputs exactly on a bound that are counted flat;
+    None when the op is not one whose saturation we know how to read.
+
+    A clipped element has derivative 0. An input exactly on a bound has derivative 0 for ``relu``,
+    ``relu6`` and ``hardtanh`` (every torch), and for ``clamp`` what :func:`clamp_tie_derivative` measures
+    (0 from torch 2.14 on for a number bound: flat)."""
     y = out.detach()
     name = getattr(func, "__name__", "")
     if name in ("relu", "relu6", "clamp", "clip", "clamp_min", "clamp_max", "hardtanh"):
         x = args[0].detach() if args and isinstance(args[0], torch.Tensor) else None
         if x is None or x.shape != y.shape:
             return None
-        flat = (y != x).to(torch.float32)  # clamped elements: local derivative exactly 0
-        count = flat.sum()
-        deriv = flat.numel() - count
-    elif name == "sigmoid":
+        flat = y != x  # clipped elements (an in-place relu has y == x: its bound test below finds them)
+        on_bound = torch.zeros_like(flat)
+        tensor_bound = False
+        for b in _bounds(name, args, kwargs or {}):
+            if b is not None:
+                tensor_bound |= isinstance(b, torch.Tensor)
+                on_bound |= x == (b.detach() if isinstance(b, torch.Tensor) else b)
+        at = on_bound & ~flat  # inputs exactly on a bound, passed through unchanged
+        tie = 0.0 if name in ("relu", "relu6", "hardtanh") else clamp_tie_derivative(tensor_bound)
+        if tie == 0.0:  # a tie is flat: counted with the clipped ones, and reported
+            flat, ties = flat | at, at.sum()
+        else:  # a tie passes `tie` of the gradient
+            ties = torch.zeros((), dtype=at.dtype, device=y.device).sum()
+        count = flat.sum().to(torch.float32)
+        deriv = (flat.numel() - count) - (1.0 - tie) * at.sum().to(torch.float32)
+        return torch.stack([count, deriv, torch.tensor(float(y.numel()), device=y.device), ties.to(torch.float32)])
+    if name == "sigmoid":
         yf = y.to(torch.float32)
         count = ((yf - 0.5).abs() > SIGMOID_FLAT).sum()
         deriv = (yf * (1 - yf)).sum()

@@ -263,3 +263,35 @@ def test_float32_model_refused() -> None:
     model = nn.Linear(2, 2)
     with pytest.raises(gv.GradvizError, match="double"):
         gv.gradcheck(model, (torch.randn(1, 2),), model=model)
+
+
+def _kinked(x: torch.Tensor) -> torch.Tensor:
+    """clamp, clamp_min, relu and maximum with inputs exactly on their bounds (ties), then a smooth tail."""
+    return (torch.clamp(x, -1.0, 1.0) ** 2 + torch.clamp_min(x, 0.0) + torch.relu(x) * 3
+            + torch.maximum(x, torch.zeros_like(x))).sum()
+
+
+KINK_X = torch.tensor([-1.0, 1.0, 0.0, 0.3, -2.0, 0.0], dtype=torch.float64, requires_grad=True)
+
+
+def test_inputs_on_a_bound_are_a_kink_not_a_wrong_backward() -> None:
+    """At a tie the central difference is neither one-sided derivative; torch 2.13 and 2.14+ pick different
+    ones (clamp passes 1, then 0). Both are right: no node is named, on either torch."""
+    assert not torch_says_ok(_kinked, (KINK_X,))  # torch's own check trips over the kinks
+    res = gv.gradcheck(_kinked, KINK_X)
+    assert res.ok and not res.wrong, res.summary()
+    assert res.kinks == ["inputs[0]"] and res.inputs[0].kinks == 4, res.summary()  # the elements -1, 1, 0, 0
+    assert "not judged (at a kink" in res.summary()
+    smooth = KINK_X + 0.05  # off the bounds: nothing is a kink
+    res = gv.gradcheck(_kinked, smooth)
+    assert res.ok and not res.kinks and res.inputs[0].kinks == 0 and torch_says_ok(_kinked, (smooth,))
+
+
+def test_a_wrong_backward_at_a_kink_is_still_wrong() -> None:
+    """A kink excuses only a value between the one-sided derivatives: a doubled gradient there is named."""
+    double = make_mul(factor_x=2.0, name="DoubledMul")
+    w = torch.ones(6, dtype=torch.float64)
+    fn = lambda x: double.apply(torch.clamp_min(x, 0.0), w).sum()  # noqa: E731
+    assert not torch_says_ok(fn, (KINK_X,))
+    res = gv.gradcheck(fn, KINK_X)
+    assert not res.ok and not res.inputs[0].ok and [r.op for r in res.wrong] == ["DoubledMulBackward"], res.summary()

@@ -238,8 +238,9 @@ def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: S
                          fix_for("zero-derivative"), node, e)
         return Cause(status, "saturated", f"its layer's input is computed from {e.op} at {_place(e)}, whose "
                      "outputs all sat in its flat region", f"measured in forward: {e.numbers['fraction']:.1%} of "
-                     f"{e.op}'s {e.shape} outputs were saturated (a dead ReLU outputs zeros, a saturated sigmoid a "
-                     f"constant); a weight's gradient is its input times the output's gradient, so {name}'s is zero",
+                     f"{e.op}'s {e.shape} outputs were saturated{_on_bound(e)} (a dead ReLU outputs zeros, a "
+                     "saturated sigmoid a constant); a weight's gradient is its input times the output's gradient, "
+                     f"so {name}'s is zero",
                      fix_for("saturated"), node, e)
     hook = _live_hooks(p)
     if hook is not None and status in ("zero", "tiny"):
@@ -308,12 +309,23 @@ def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, co
                  f"derivative is 0 everywhere{more}", fix_for("zero-derivative"), b.node, e)
 
 
+def _on_bound(e: Evidence) -> str:
+    """The evidence's note on inputs exactly on a clipping op's bound, whose derivative is 0 there (relu,
+    relu6, hardtanh in every torch; clamp from torch 2.14 on), or ``""``."""
+    share = e.numbers.get("on_bound", 0.0)
+    if not share:
+        return ""
+    rule = "from torch 2.14 on, clamp's derivative is 0 there" if e.op.startswith(("clamp", "clip")) \
+        else f"{e.op}'s derivative is 0 there"
+    return f" ({share:.1%} of its inputs were exactly on its bound: {rule})"
+
+
 def _saturated(status: str, name: str, e: Evidence, node: str, graph: AutogradGraph) -> Cause:
     nums = e.numbers
     return Cause(status, "saturated", f"{e.op} at {_place(e)} is saturated: {nums['fraction']:.1%} of its outputs "
                  "pass no gradient", f"measured in forward: {nums['fraction']:.1%} of {e.op}'s {e.shape} outputs sat "
-                 f"in its flat region, mean local derivative {nums['derivative']:.3g}; {name} is upstream of it",
-                 fix_for("saturated"), node, e)
+                 f"in its flat region{_on_bound(e)}, mean local derivative {nums['derivative']:.3g}; {name} is "
+                 "upstream of it", fix_for("saturated"), node, e)
 
 
 def _most_saturated(dist: dict[str, int], events: Sequence[Evidence],
