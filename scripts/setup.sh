@@ -50,36 +50,42 @@ step "pip install -e .[dev]"
 done_step
 
 # --- 3b. a second venv with the newest torch: the quick tier runs there too (scripts/test.sh) ---------
-# PyPI's only Linux x86_64 build of torch 2.15 is a CUDA build (about 3 GB downloaded, 5.5 GB in the venv);
+# PyPI's only Linux x86_64 build of torch 2.15 is a CUDA build (about 3 GB downloaded; the venv: 6.6 GB);
 # it runs on the CPU. Where the machine caps pip at an older torch with a constraints file
 # (/etc/xdg/pip: `torch<=2.14.1`), PIP_CONSTRAINT (pip reads the environment before its config files)
 # replaces that cap for these installs only, with requirements-torch-newest.txt's own pin. Nothing
-# outside the venv changes. Skipped (quickly) when the venv already holds that torch.
+# outside the venv changes. Skipped (quickly) when the venv already holds that torch, and left out entirely
+# with GRADVIZ_NO_NEWEST_TORCH=1 (scripts/test.sh then skips that tier, except under CI).
 NEW_REQ=requirements-torch-newest.txt
 NEW_VENV=.venv-torch-newest
 NEW_TORCH=$(sed -n 's/^torch==//p' "$NEW_REQ")
-step "virtual environment $NEW_VENV (torch $NEW_TORCH for the quick tier)"
-NPY="$ROOT/$NEW_VENV/bin/python"
-if [ -x "$NPY" ] && "$NPY" -c 'import sys' 2>/dev/null; then
-  echo "    exists: $("$NPY" --version)"
+if [ "${GRADVIZ_NO_NEWEST_TORCH:-}" = "1" ]; then
+  echo
+  echo "==> GRADVIZ_NO_NEWEST_TORCH=1: $NEW_VENV (torch $NEW_TORCH) not made"
 else
-  rm -rf "$NEW_VENV"
-  "$("$VPY" -c 'import sys; print(sys.base_prefix)')/bin/python3" -m venv "$NEW_VENV"
-  echo "    created"
+  step "virtual environment $NEW_VENV (torch $NEW_TORCH for the quick tier)"
+  NPY="$ROOT/$NEW_VENV/bin/python"
+  if [ -x "$NPY" ] && "$NPY" -c 'import sys' 2>/dev/null; then
+    echo "    exists: $("$NPY" --version)"
+  else
+    rm -rf "$NEW_VENV"
+    "$("$VPY" -c 'import sys; print(sys.base_prefix)')/bin/python3" -m venv "$NEW_VENV"
+    echo "    created"
+  fi
+  if [ "$("$NPY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null)" = "$NEW_TORCH" ]; then
+    echo "    torch $NEW_TORCH already there"
+  else
+    PIP_CONSTRAINT="$ROOT/$NEW_REQ" "$NPY" -m pip install --quiet -r "$NEW_REQ"
+  fi
+  # The same pinned set as .venv but its torch line; then the package, without resolving again.
+  grep -v '^torch==' requirements-dev.txt > "$NEW_VENV/requirements-dev-but-torch.txt"
+  PIP_CONSTRAINT="$ROOT/$NEW_REQ" "$NPY" -m pip install --quiet -r "$NEW_VENV/requirements-dev-but-torch.txt"
+  PIP_CONSTRAINT="$ROOT/$NEW_REQ" "$NPY" -m pip install --quiet --no-deps -e .
+  "$NPY" -W ignore -c 'import torch; print("    torch", torch.__version__, "cuda build" if torch.version.cuda else "cpu build",
+        "(runs on the CPU here)" if not torch.cuda.is_available() else "")'
+  echo "    $(du -sh "$NEW_VENV" | cut -f1) in $NEW_VENV"
+  done_step
 fi
-if [ "$("$NPY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null)" = "$NEW_TORCH" ]; then
-  echo "    torch $NEW_TORCH already there"
-else
-  PIP_CONSTRAINT="$ROOT/$NEW_REQ" "$NPY" -m pip install --quiet -r "$NEW_REQ"
-fi
-# The same pinned set as .venv but its torch line; then the package, without resolving again.
-grep -v '^torch==' requirements-dev.txt > "$NEW_VENV/requirements-dev-but-torch.txt"
-PIP_CONSTRAINT="$ROOT/$NEW_REQ" "$NPY" -m pip install --quiet -r "$NEW_VENV/requirements-dev-but-torch.txt"
-PIP_CONSTRAINT="$ROOT/$NEW_REQ" "$NPY" -m pip install --quiet --no-deps -e .
-"$NPY" -W ignore -c 'import torch; print("    torch", torch.__version__, "cuda build" if torch.version.cuda else "cpu build",
-      "(runs on the CPU here)" if not torch.cuda.is_available() else "")'
-echo "    $(du -sh "$NEW_VENV" | cut -f1) in $NEW_VENV"
-done_step
 
 # --- 4. front-end bundle -------------------------------------------------------------------------
 if [ -f js/package.json ] && command -v npm >/dev/null 2>&1; then
