@@ -120,9 +120,13 @@ def has_grad_fn(t: torch.Tensor) -> bool:
     return t.requires_grad and not t.is_leaf
 
 
+# torch's stubs do not list it; read from the module's namespace (a plain dict) instead of as an attribute
+_GET_SEQUENCE_NR: Callable[[], int] = torch.autograd.__dict__["_get_sequence_nr"]
+
+
 def next_sequence_nr() -> int:
     """The autograd sequence number the next node made will get."""
-    return int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
+    return int(_GET_SEQUENCE_NR())
 
 
 def made_seq(t: torch.Tensor, before: int) -> int | None:
