@@ -219,8 +219,8 @@ def _from_diagnosis(dx: Any, name: str) -> Why:
         return known[name]
     finding = next((f for f in dx.findings if f.target == name or name.startswith(f.target + ".")), None)
     if finding is not None:
-        return Why(name, "none" if finding.kind in ("frozen", "unused-parameter", "no-grad") else "zero",
-                   finding.kind, finding.message, finding.evidence, finding.fix, finding.node)
+        return Why(name, _finding_status(dx, name, finding.kind), finding.kind, finding.message, finding.evidence,
+                   finding.fix, finding.node)
     if dx.graph is None:
         return Why(name, "ok", None, "the doctor found nothing about it", "no backward ran in the observed steps",
                    "nothing to fix")
@@ -230,6 +230,17 @@ def _from_diagnosis(dx: Any, name: str) -> Why:
                    f"{name} is leaf {leaf} of the step's graph and was not flagged", "nothing to fix", leaf)
     return Why(name, "ok", None, "the doctor found nothing about it", f"{name} is not in the step's graph and was "
                "not flagged (not a trainable parameter of the model the doctor watched?)", "nothing to fix")
+
+
+ZERO_KINDS = ("zero-derivative", "saturated", "hook-zeroed", "custom-backward", "vanishing", "dead-adapter")
+
+
+def _finding_status(dx: Any, name: str, kind: str) -> str:
+    """What the step measured for ``name``: "none" when it is no leaf of the step's graph (its .grad was None
+    after the step's backward), "zero" for a finding about a zero, else "ok" (the finding is about the step)."""
+    if dx.graph is None or name not in dx.graph.leaves():
+        return "none"
+    return "zero" if kind in ZERO_KINDS else "ok"
 
 
 def _observed(model: nn.Module, name: str, fn: Callable[[], Any]) -> Why:

@@ -1,18 +1,30 @@
 """``Why.prove()``: apply a mechanical fix in a re-run, inside the sandbox, and measure the gradient.
 
-Mechanical fixes: drop the recorded ``detach()`` / ``.data`` (matched by its source line), keep the value a
-tensor where it left the graph (``.item()`` / ``.tolist()`` / ``.numpy()`` / an integer cast return the tensor,
-and ``torch.tensor(t)`` at the line where it came back returns ``t``), unfreeze the parameter (or its frozen
-parent), run a ``torch.no_grad()`` region with grad enabled, run a reentrant checkpoint's function directly
-(what ``use_reentrant=False`` computes), and leave out the hook that zeroed the gradient. The same forward
-and backward run once without and once with the fix, from the same RNG state; the sandbox puts back the
-parameters, their ``.grad``, ``requires_grad``, hooks, modes and RNG afterwards.
+Mechanical fixes: drop the recorded ``detach()`` / ``.data`` (matched by its source line); at the line where a
+value left the graph, keep the tensor (``.item()`` / ``.tolist()`` / a copy constructor / a cast return the
+tensor; ``float(t)`` / ``int(t)`` return the number, and the ``torch.tensor(...)`` that brings that very number
+back returns ``t``); unfreeze the parameter (or its frozen parent); run a ``torch.no_grad()`` or
+``torch.inference_mode()`` region with grad enabled; run a reentrant checkpoint as ``use_reentrant=False``; and
+leave out the hook (tensor, module forward, forward pre, full backward, backward pre) that zeroed the gradient.
+
+Nothing is patched for the process: every switch is per thread. Grad mode is lifted by a ``TorchFunctionMode``
+(modes are per thread) that runs each torch call made with grad off under ``enable_grad``; the checkpoint is
+switched by a profile function (``sys.setprofile`` is per thread) that sets ``use_reentrant=False`` in the
+``checkpoint(...)`` call's frame. Another thread inside ``torch.no_grad()`` meanwhile sees grad off, and
+``CheckpointFunction`` keeps its class dict.
+
+The same forward and backward run once without and once with the fix, from the same RNG state; the sandbox puts
+back the parameters, their ``.grad``, ``requires_grad``, hooks, modes and RNG afterwards. What counts as proven
+is connection, measured: ``None`` before and any gradient after (even an exact zero: the path is there);
+zero before and non-zero after; for a tiny or scaled gradient, a different gradient with the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+import inspect
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +34,9 @@ from torch.overrides import TorchFunctionMode
 
 from gradviz_nb import schema
 from gradviz_nb.errors import GradvizError
-from gradviz_nb.probes.sandbox import sandbox
+from gradviz_nb.probes.sandbox import MODULE_HOOKS, TENSOR_HOOKS, sandbox
 from gradviz_nb.tracing import typed_torch
+from gradviz_nb.tracing.cuts import dropped_grad, grad_input
 from gradviz_nb.tracing.evidence import WATCHED, Evidence
 from gradviz_nb.tracing.ghosts import DATA_GETTER, user_line
 
@@ -33,12 +46,14 @@ if TYPE_CHECKING:
 __all__ = ["MECHANICAL", "Proof", "fix_context", "prove"]
 
 MECHANICAL = ("detached", "data-access", "left-graph", "frozen", "no-grad", "reentrant-checkpoint", "hook-zeroed")
+SAME = 1e-6  # relative change below this: the fix left a tiny or scaled gradient as it was
 
 
 @dataclass(frozen=True)
 class Proof:
     """``applied``: whether a fix was applied in a re-run; ``before`` / ``after``: the gradient norm of the
-    parameter without and with it (None: no gradient); ``proven``: the gradient appeared (or grew from tiny)."""
+    parameter without and with it (None: no gradient); ``status``: what was measured before (``"none"``,
+    ``"zero"``, ``"tiny"``, ``"scaled"``); ``proven``: connection, measured (see the module docstring)."""
 
     name: str
     fix: str
@@ -46,6 +61,7 @@ class Proof:
     before: float | None = None
     after: float | None = None
     message: str = ""
+    status: str = ""
 
     def to_json(self, indent: int | None = None) -> str:
         """This result as a versioned JSON record (:mod:`gradviz_nb.schema`; the schema's ``proof`` type)."""
@@ -53,9 +69,15 @@ class Proof:
 
     @property
     def proven(self) -> bool:
-        """True when the fix was applied in a re-run and the gradient came back (non-zero, and over 10x what it was)."""
-        return self.applied and self.after is not None and self.after > 0 and (
-            self.before is None or self.after > 10 * self.before)
+        """Connection, measured: None before and any gradient after (an exact zero included), zero before and
+        non-zero after, or a tiny or scaled gradient the fix changed."""
+        if not self.applied or self.after is None:
+            return False
+        if self.before is None:
+            return True  # None -> any gradient, an exact zero included: the parameter is connected again
+        if self.status == "zero" or self.before == 0:
+            return self.after > 0
+        return abs(self.after - self.before) > SAME * max(abs(self.before), abs(self.after))
 
     def text(self) -> str:
         """The proof as text: proven or not, the gradient norm with and without the fix, or why no fix was applied."""
@@ -73,12 +95,21 @@ class Proof:
         return self.text()
 
 
-class _Fix(TorchFunctionMode):
-    """Undo the one recorded cut at its source line during the re-run."""
+def _like(t: torch.Tensor, out: Any) -> Any:
+    """``t`` standing in for ``out`` (same number of values), or None when it cannot."""
+    if isinstance(out, torch.Tensor) and (out.is_floating_point() or out.is_complex()) and out.numel() == t.numel():
+        return t.reshape(out.shape).to(out.dtype)
+    return None
 
-    def __init__(self, event: Evidence, entered: str) -> None:
+
+class _Fix(TorchFunctionMode):
+    """Undo the one recorded cut at its source line during the re-run (this thread only)."""
+
+    def __init__(self, event: Evidence) -> None:
         super().__init__()
-        self.event, self.entered, self.hits = event, entered, 0
+        self.event, self.hits, self.refused = event, 0, ""
+        self.lines = {line for line in (event.line, event.via) if line}
+        self._kept: dict[int, tuple[Any, torch.Tensor]] = {}  # id(number float(t) returned) -> (number, t)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -89,42 +120,113 @@ class _Fix(TorchFunctionMode):
                 user_line() == e.line:
             self.hits += 1
             return first
-        if e.kind == "left-graph" and first is not None:
-            kind = WATCHED.get(func)
-            if kind in ("leave", "cast") and user_line() == e.line:
-                self.hits += 1
-                return first.reshape(()) if getattr(func, "__name__", "") in ("item", "__float__") else first
-            if kind == "enter" and self.entered and user_line() == self.entered:
-                return first
         if e.kind == "hook" and func is torch.Tensor.register_hook and user_line() == e.line:
             self.hits += 1
             return torch.utils.hooks.RemovableHandle({})
+        out = func(*args, **kwargs)
+        if e.kind in ("left-graph", "zero-derivative") and torch.is_grad_enabled():
+            return self._keep(func, args, kwargs, out)
+        return out
+
+    def _keep(self, func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> Any:
+        back = next((kept for v in (*args, *kwargs.values()) if (kept := self._kept.get(id(v))) and kept[0] is v),
+                    None)
+        if back is not None and _like(back[1], out) is not None:
+            return _like(back[1], out)  # torch.tensor(float(t)): the number float() gave back is t again
+        found = grad_input(args, kwargs)
+        if found is None or not dropped_grad(out) or user_line() not in self.lines:
+            return out
+        t = found[1]
+        name = getattr(func, "__name__", "")
+        if isinstance(out, (float, int, bool, complex)) and t.numel() == 1:
+            self.hits += 1
+            if name.startswith("__"):  # float(t), int(t): Python insists on a number; remember which one
+                self._kept[id(out)] = (out, t)
+                return out
+            return t.reshape(())
+        if isinstance(out, list):
+            self.hits += 1
+            return t
+        stand_in = _like(t, out)
+        if stand_in is None and WATCHED.get(func) == "cast" and isinstance(out, torch.Tensor) \
+                and out.numel() == t.numel():
+            stand_in = t.reshape(out.shape)  # an integer cast dropped: the values stay as computed
+        if stand_in is None:
+            self.refused = (f"{self.event.op} returns {self.event.value or 'a value'} with no derivative: keeping a "
+                            "tensor there needs a differentiable replacement (a soft version of the op), not a "
+                            "mechanical fix")
+            return out
+        self.hits += 1
+        return stand_in
+
+
+class _LiftGrad(TorchFunctionMode):
+    """This thread only: each torch call made while grad mode is off (``no_grad``, ``set_grad_enabled(False)``,
+    ``inference_mode``) runs with grad on. Calls inside the backward are left alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hits = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if (not torch.is_grad_enabled() or torch.is_inference_mode_enabled()) and \
+                int(torch._C._current_graph_task_id()) == -1:
+            self.hits += 1
+            with torch.inference_mode(False), torch.enable_grad():
+                return func(*args, **kwargs)
         return func(*args, **kwargs)
 
 
-@contextlib.contextmanager
-def _patched(obj: Any, attr: str, value: Any) -> Iterator[None]:
-    old = obj.__dict__[attr] if attr in obj.__dict__ else getattr(obj, attr)
-    setattr(obj, attr, value)
-    try:
-        yield
-    finally:
-        setattr(obj, attr, old)
+def _set_local(frame: Any, name: str, value: Any) -> None:
+    frame.f_locals[name] = value  # Python 3.13+: f_locals writes through (PEP 667)
+    if sys.version_info < (3, 13):
+        import ctypes
+
+        ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
 
 
-def _grad_enabled_no_grad() -> contextlib.ExitStack[bool | None]:
-    """``torch.no_grad()`` blocks run with grad enabled (only while the user's forward runs)."""
-    cls = torch.autograd.grad_mode.no_grad
-    stack = contextlib.ExitStack()
-    stack.enter_context(_patched(cls, "__enter__", lambda self: None))
-    stack.enter_context(_patched(cls, "__exit__", lambda self, *exc: None))
-    return stack
+class _NoReentrant:
+    """This thread only: every ``torch.utils.checkpoint.checkpoint(...)`` call runs as ``use_reentrant=False``
+    (a profile function, per thread, sets the argument in the call's frame; the user's own profile function is
+    still called and put back afterwards)."""
+
+    def __init__(self) -> None:
+        from torch.utils import checkpoint as ckpt
+
+        self.code = inspect.unwrap(ckpt.checkpoint).__code__
+        self.hits = 0
+        self._old: Any = None
+
+    def _profile(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "call" and frame.f_code is self.code and frame.f_locals.get("use_reentrant") is not False:
+            _set_local(frame, "use_reentrant", False)
+            self.hits += 1
+        if self._old is not None:
+            return self._old(frame, event, arg)
+        return None
+
+    def __enter__(self) -> _NoReentrant:
+        self._old = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        sys.setprofile(self._old)
 
 
-def _reentrant_direct() -> contextlib.AbstractContextManager[None]:
-    from torch.utils import checkpoint as ckpt
-
-    return _patched(ckpt.CheckpointFunction, "apply", staticmethod(lambda function, preserve, *args: function(*args)))
+def _drop_hook(hook: Any, owners: list[Any]) -> int:
+    """Leave ``hook`` out of every hook dict of ``owners`` (the sandbox puts them back). How many were found."""
+    found = 0
+    for owner in owners:
+        for attr in (*MODULE_HOOKS, *TENSOR_HOOKS):
+            hooks = getattr(owner, attr, None)
+            if not isinstance(hooks, dict):
+                continue
+            for key in [k for k, h in hooks.items() if h is hook or getattr(h, "__wrapped__", None) is hook]:
+                del hooks[key]
+                found += 1
+    return found
 
 
 def fix_context(w: Why, model: nn.Module, p: torch.Tensor) -> tuple[contextlib.AbstractContextManager[Any], str]:
@@ -139,22 +241,21 @@ def fix_context(w: Why, model: nn.Module, p: torch.Tensor) -> tuple[contextlib.A
         return contextlib.nullcontext(), (f"model.{parent}.requires_grad_(True)" if parent else
                                           f"{w.name}.requires_grad_(True)")
     if w.kind == "no-grad":
-        return _grad_enabled_no_grad(), "torch.no_grad() blocks run with grad enabled"
+        how = e.op if e is not None and e.op.startswith("torch.") else "torch.no_grad()"
+        return _LiftGrad(), f"{how} blocks run with grad enabled (this thread only)"
     if w.kind == "reentrant-checkpoint":
-        return _reentrant_direct(), "the block run without reentrant checkpointing (what use_reentrant=False computes)"
-    if w.kind == "hook-zeroed" and e is None and w._hook is not None:
-        owners = [p, *model.modules()]  # the parameter's own hook, or a module's full backward hook
-        for owner in owners:
-            hooks = getattr(owner, "_backward_hooks", None) or {}
-            for key in [k for k, h in hooks.items() if h is w._hook]:
-                del hooks[key]  # the sandbox puts the hooks back
+        return _NoReentrant(), "the checkpoint run with use_reentrant=False"
+    if w.kind == "hook-zeroed" and (e is None or e.kind != "hook") and w._hook is not None:
+        hits = _drop_hook(w._hook, [p, *model.modules()])
+        if not hits:
+            raise GradvizError("the hook was not found on the parameter or on any module of the model")
         return contextlib.nullcontext(), "the hook left out"
     if e is None:
         raise GradvizError("no recorded evidence to apply the fix at")
-    entered = e.via if e.kind == "left-graph" else ""
     text = {"detached": f"the detach() at {e.line} dropped", "data-access": f"the .data at {e.line} dropped",
-            "left-graph": f"{e.op} at {e.line} kept a tensor", "hook-zeroed": f"the hook at {e.line} left out"}
-    return _Fix(e, entered), text.get(e.kind, "")
+            "left-graph": f"{e.op} at {e.line} kept a tensor", "zero-derivative": f"{e.op} at {e.line} kept a tensor",
+            "hook": f"the hook at {e.line} left out"}
+    return _Fix(e), text.get(e.kind, "")
 
 
 def _run(fn: Callable[[], Any], p: torch.Tensor, model: nn.Module, rng: torch.Tensor,
@@ -196,9 +297,10 @@ def prove(w: Why, fn: Callable[[], Any] | None, model: nn.Module | None) -> Proo
             after = _run(fn, p, model, rng, fix)
         except Exception as err:  # the fixed forward failing is a finding of its own, not a crash
             return Proof(w.name, w.fix, False, before, message=f"the re-run with the fix raised "
-                         f"{type(err).__name__}: {err}")
+                         f"{type(err).__name__}: {err}", status=w.status)
         hits = getattr(fix, "hits", None)
         if hits == 0:
-            return Proof(w.name, text, False, before, message="the recorded op was not reached in the re-run "
-                         f"({w._event.line if w._event else ''})")
-    return Proof(w.name, text, True, before, after)
+            refused = getattr(fix, "refused", "")
+            return Proof(w.name, text, False, before, message=refused or "the recorded op was not reached in the "
+                         f"re-run ({w._event.line if w._event else ''})", status=w.status)
+    return Proof(w.name, text, True, before, after, status=w.status)

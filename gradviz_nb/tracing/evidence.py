@@ -26,7 +26,8 @@ __all__ = ["WATCHED", "Evidence", "checkpoint_call_line", "clamp_tie_derivative"
            "saturation_stats"]
 
 _T = torch.Tensor
-# What each watched call is evidence of. Values: the event kind; the observer decides the rest.
+# What each watched call is evidence of, for wording and for the zero and saturation evidence. Whether a call
+# is a cut is decided by measurement for every op (tracing/cuts.py), never by this table.
 WATCHED: dict[Any, str] = {}
 _f: Any
 for _f in (_T.item, _T.tolist, _T.numpy, _T.__float__, _T.__int__, _T.__bool__, _T.__index__):
@@ -73,6 +74,8 @@ class Evidence:
     hook: str = ""  # a tensor hook's name
     via: str = ""  # reentrant checkpoint: the line calling checkpoint(...); left-graph: where a new tensor came in
     targets: list[Any] = field(default_factory=list)  # a detach: the ops that used the detached value again
+    arg: str = ""  # a cut: which input required grad ("input 0, a float32 tensor [4, 8]")
+    value: str = ""  # a cut: what came out ("a Python float", "an int64 tensor [4]")
     _stats: Any = None  # saturating op: tensor [saturated count, derivative sum, numel]; hook: [in, out] norms
 
     @property

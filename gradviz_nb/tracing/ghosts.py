@@ -61,6 +61,19 @@ def called_by_user() -> bool:
     return False
 
 
+def made_by_user() -> bool:
+    """The innermost caller outside torch, this tracing package and any torch function mode's handler (a mode is
+    dispatch) is the user's code, not another tool of gradviz_nb reading tensors while the capture is on."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith((_TORCH_DIR, os.path.dirname(__file__), "<frozen ")) and \
+                frame.f_code.co_name != "__torch_function__":
+            return not is_library(name)
+        frame = frame.f_back
+    return False
+
+
 def user_line() -> str:
     """``file:line`` of the innermost frame of user code (outside torch and gradviz_nb's tools), or ``""``."""
     frame: FrameType | None = sys._getframe(1)

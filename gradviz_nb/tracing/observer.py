@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from gradviz_nb.tracing.cuts import carries_values, describe_value, dropped_grad, grad_input, op_text
 from gradviz_nb.tracing.evidence import (
     WATCHED,
     Evidence,
@@ -35,6 +36,7 @@ from gradviz_nb.tracing.ghosts import (
     has_grad_fn,
     is_detach,
     is_library,
+    made_by_user,
     made_seq,
     next_sequence_nr,
     tensors_in,
@@ -69,6 +71,11 @@ class InplaceWrite:
 def _in_backward() -> bool:
     # checkpoint recomputes forwards during backward; that is not the forward the user ran
     return int(torch._C._current_graph_task_id()) != -1
+
+
+def _grad_off() -> str:
+    """How grad mode was switched off, as the user wrote it."""
+    return "torch.inference_mode()" if torch.is_inference_mode_enabled() else "torch.no_grad()"
 
 
 def _readable_values(t: torch.Tensor) -> bool:
@@ -128,6 +135,9 @@ class ForwardObserver(TorchFunctionMode):
             self._record(watched, func, args, kwargs, out, before)
         elif not torch.is_grad_enabled() and self._param_names and not _in_backward():
             self._used_without_grad(args)
+        if not (type(out) is torch.Tensor and out.requires_grad) and dropped_grad(out) and torch.is_grad_enabled() \
+                and not is_detach(func) and not _in_backward():
+            self._maybe_cut(func, watched, args, kwargs or {}, out)  # the one rule: see tracing/cuts.py
         if made_by is not None and isinstance(target, torch.Tensor) and not _in_backward():
             call = self._current_call()
             self.inplace.append(InplaceWrite(name, made_by.name(), target.output_nr, tuple(target.shape),
@@ -173,10 +183,30 @@ class ForwardObserver(TorchFunctionMode):
         cut = upstream_leaves(t.grad_fn)
         return [name for key, name in self._param_names.items() if key in cut]
 
+    def _maybe_cut(self, func: Any, watched: str | None, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+        """An op whose output autograd does not follow, with an input that requires grad: a cut when the output
+        depends on that input's values (measured, :func:`~gradviz_nb.tracing.cuts.carries_values`)."""
+        found = grad_input(args, kwargs)
+        if found is None or not made_by_user() or not carries_values(func, args, kwargs):
+            return
+        pos, t = found
+        where = f"argument {pos!r}" if isinstance(pos, str) else f"input {pos if isinstance(pos, int) else pos[0]}"
+        arg = f"{where}, a {str(t.dtype).removeprefix('torch.')} tensor {list(t.shape)}"
+        name = getattr(func, "__name__", "")
+        op = op_text(func)
+        if watched == "cast" and isinstance(out, torch.Tensor):
+            op = f".{name}() to {str(out.dtype).removeprefix('torch.')}"
+        kind = "zero-derivative" if watched == "compare" else "left-graph"  # wording: a comparison
+        event = self._evidence(kind, op, cut=self._cut_names(t), shape=list(t.shape), arg=arg,
+                               value=describe_value(out))
+        if not isinstance(out, torch.Tensor):
+            self._left = event  # a Python value: watch for it coming back as a new tensor
+
     def _record(self, watched: str, func: Any, args: Any, kwargs: Any, out: Any, before: int) -> None:
+        """Wording and measurements for known ops (zero derivatives, saturation, a value coming back); cuts
+        are found by :meth:`_maybe_cut` for every op."""
         name = getattr(func, "__name__", str(func))
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        grad_in = first is not None and first.requires_grad and torch.is_grad_enabled()
         if watched == "saturating":
             if type(out) is torch.Tensor and has_grad_fn(out):
                 self._evidence("saturated", name, seq=made_seq(out, before), shape=list(out.shape),
@@ -188,22 +218,10 @@ class ForwardObserver(TorchFunctionMode):
                                          torch.tensor(float(out.numel()), device=out.device)])
                 self._evidence("zero-derivative", name, seq=made_seq(out, before), shape=list(out.shape),
                                _stats=stats)
-        elif watched == "compare" and grad_in and first is not None:
-            self._evidence("zero-derivative", name, cut=self._cut_names(first), shape=list(first.shape))
-        elif watched == "leave" and first is not None:
-            op = f"{name.strip('_')}(...)" if name.startswith("__") else f".{name}()"
-            if first.requires_grad:
-                self._left = self._evidence("left-graph", op, cut=self._cut_names(first), shape=list(first.shape))
-            else:  # x.detach().numpy(): the detach was the way out of the graph
-                self._detach_left(first, op)
-        elif watched == "cast" and grad_in and first is not None and isinstance(out, torch.Tensor) \
-                and not (out.is_floating_point() or out.is_complex()):
-            self._evidence("left-graph", f".{name}() to {str(out.dtype).removeprefix('torch.')}",
-                           cut=self._cut_names(first), shape=list(first.shape))
-        elif watched == "enter" and first is not None and first.requires_grad and isinstance(out, torch.Tensor) \
-                and not out.requires_grad:  # torch.tensor(t): a copy with no history
-            self._evidence("left-graph", f"torch.{name}(...)", cut=self._cut_names(first), shape=list(first.shape))
-        elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor) and called_by_user():
+        elif watched == "leave" and first is not None and not first.requires_grad:
+            self._detach_left(first, f"{name.strip('_')}(...)" if name.startswith("__") else f".{name}()")
+        elif watched == "enter" and self._left is not None and isinstance(out, torch.Tensor) \
+                and grad_input(args, kwargs or {}) is None and called_by_user():
             entered = self._evidence("entered", f"torch.{name}(...)", shape=list(out.shape))
             self._left.via = entered.line
             self._left = None
@@ -239,7 +257,7 @@ class ForwardObserver(TorchFunctionMode):
             if name is None and has_grad_fn(t) and id(call) not in self._no_grad_seen:
                 self._no_grad_seen.add(id(call))  # an activation with history: what it cuts, once per call
                 if not checkpoint_call_line(is_library):  # a reentrant checkpoint's inputs: its normal way
-                    self._evidence("no-grad", "torch.no_grad()", cut=self._cut_names(t), shape=list(t.shape))
+                    self._evidence("no-grad", _grad_off(), cut=self._cut_names(t), shape=list(t.shape))
             if name is None or key in self._no_grad_seen or not t.requires_grad:
                 continue
             self._no_grad_seen.add(key)
@@ -248,4 +266,4 @@ class ForwardObserver(TorchFunctionMode):
                 self._evidence("reentrant-checkpoint", "checkpoint(use_reentrant=True)", cut=[name], via=via,
                             shape=list(t.shape))
             else:
-                self._evidence("no-grad", "torch.no_grad()", cut=[name], shape=list(t.shape))
+                self._evidence("no-grad", _grad_off(), cut=[name], shape=list(t.shape))

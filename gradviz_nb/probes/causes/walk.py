@@ -106,16 +106,18 @@ def cut_cause(status: str, name: str, e: Evidence, events: Sequence[Evidence], n
         came = (f"; it came back as a new tensor through {back.op} at {_place(back)}, which has no gradient "
                 "path to the parameter") if back is not None else ""
         kind, cause = "left-graph", f"its value left the graph through {e.op} at {at}"
-        evidence = (f"gv.capture saw {e.op} at {e.line} turn a tensor {e.shape} computed from {name} into a "
-                    f"Python value (or an integer tensor) that autograd cannot follow{came}")
+        took = e.arg or f"a tensor {e.shape}"
+        gave = e.value or "a Python value (or an integer tensor)"
+        evidence = (f"gv.capture saw {e.op} at {e.line} take {took} computed from {name} and return {gave}, which "
+                    f"autograd does not follow (its output depends on the input's values, measured){came}")
     elif e.kind == "zero-derivative":
         kind, cause = "zero-derivative", f"a comparison ({e.op}) at {at} is all its path carries to the loss"
         evidence = (f"gv.capture saw {e.op} at {e.line} take a tensor {e.shape} computed from {name}; its result is "
                     "a boolean/integer tensor, whose derivative is zero (autograd does not track it)")
     elif e.kind == "no-grad":
-        kind, cause = "no-grad", f"it was used under torch.no_grad() at {at}"
-        evidence = (f"gv.capture saw {name} used by an op at {e.line} while grad mode was off, and no op with "
-                    "grad enabled used it")
+        kind, cause = "no-grad", f"it was used under {e.op} at {at}"
+        evidence = (f"gv.capture saw {name} used by an op at {e.line} while grad mode was off ({e.op}), and no op "
+                    "with grad enabled used it")
     elif e.kind == "reentrant-checkpoint":
         kind = "reentrant-checkpoint"
         cause = (f"a reentrant checkpoint (called at {e.via}) ran {e.where!r} under no_grad, and none of its inputs "
