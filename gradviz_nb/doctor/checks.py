@@ -236,8 +236,8 @@ def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
                             f"at step {rec.index}'s backward model.training was False while {len(rec.moved)} "
                             f"parameters moved; {len(stochastic)} modules behave differently in eval ({names})",
                             fix_for("mode"), rec.index)]
-        if rec.training_at_backward and rec.eval_at_backward and rec.moved:
-            off = rec.eval_at_backward
+        off = [path for path in rec.eval_at_backward if _gradient_passes(rec, path)]
+        if rec.training_at_backward and off and rec.moved:
             listed = ", ".join(f"{p} ({type(model.get_submodule(p)).__name__})" for p in off[:3])
             return [Finding("mode", "(model)", f"{len(off)} module{'s' if len(off) > 1 else ''} stayed in eval() "
                             "while the model trained", f"at step {rec.index}'s backward model.training was True but "
@@ -252,6 +252,21 @@ def mode_findings(records: list[StepRecord], model: nn.Module) -> list[Finding]:
                             f"True: {names} drop units / update running statistics as in training",
                             fix_for("mode"), rec.index)]
     return []
+
+
+def _gradient_passes(rec: StepRecord, path: str) -> bool:
+    """Does a trained parameter's gradient pass through the module at ``path`` in this step's backward? Its
+    nodes, or for a module that makes none (dropout in eval is the identity) its parent's, are in the graph: a
+    frozen backbone run under no_grad makes none, so its eval() harms nothing."""
+    if rec.graph is None:
+        return True  # nothing measured: keep the finding
+
+    def has_nodes(prefix: str) -> bool:
+        return any(d.get("kind") == "op" and (not prefix or d.get("module", "") == prefix or
+                                              str(d.get("module", "")).startswith(prefix + "."))
+                   for _, d in rec.graph.nx.nodes(data=True))  # type: ignore[union-attr]
+
+    return has_nodes(path) or has_nodes(path.rpartition(".")[0])
 
 
 def not_a_parameter(model: nn.Module, records: Sequence[StepRecord] = (),

@@ -20,15 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from gradviz_nb import schema
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import Kind
-from gradviz_nb.probes.causes import Cause, adapter_switch_reasons, events_from_ghosts, explain, grad_status
+from gradviz_nb.probes.causes import Cause, Lost, adapter_switch_reasons, events_from_ghosts, explain, grad_status
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, typed_torch
 from gradviz_nb.tracing.capture import recent_evidence
 from gradviz_nb.tracing.evidence import Evidence
+from gradviz_nb.tracing.ghosts import user_line
 
 if TYPE_CHECKING:
     from gradviz_nb.doctor.why_prove import Proof
@@ -132,7 +134,8 @@ def _unused(model: nn.Module | None, name: str, cap: Capture | None) -> str:
 
 def analyse(name: str, *, graph: AutogradGraph | None, model: nn.Module | None, cap: Capture | None,
             events: list[Evidence] | None = None, fn: Callable[[], Any] | None = None,
-            status: tuple[str, str] | None = None) -> Why:
+            status: tuple[str, str] | None = None, lost: Lost | None = None,
+            lines: dict[int, str] | None = None) -> Why:
     """The Why of one parameter from what is at hand (the doctor calls this with its step's record)."""
     if events is None and graph is not None:
         events, found = _graph_evidence(graph, cap)
@@ -144,7 +147,7 @@ def analyse(name: str, *, graph: AutogradGraph | None, model: nn.Module | None, 
         measured = ("none", "it is not in the graph of this loss, so this loss's backward gives it no gradient")
     c = explain(name, measured[0], measured[1], graph=graph, events=evs, model=model, param=p,
                 adapters=adapter_switch_reasons(model) if model is not None else {},
-                unused=_unused(model, name, cap))
+                unused=_unused(model, name, cap), lost=lost, lines=lines)
     return _from_cause(name, c, model, fn)
 
 
@@ -184,9 +187,10 @@ def why(source: Any, name: str, *, fn: Callable[[], Any] | None = None, capture:
         if source.grad_fn is None:
             raise GradvizError("the tensor has no grad_fn: pass the loss (before backward frees nothing: the "
                                "graph is read, not run), a gv.trace graph, a Diagnosis or a model with fn=.")
-        graph = trace(source, model=capture.model if capture is not None else None, capture=capture)
+        model = capture.model if capture is not None else None
+        graph = trace(source, model=model, capture=capture)
         _known(name, _graph_params(graph), None)
-        return analyse(name, graph=graph, model=capture.model if capture is not None else None, cap=capture)
+        return analyse(name, graph=graph, model=model, cap=capture, lost=_lost_in(source, graph, name, model, capture))
     raise GradvizError(f"gv.why explains a Diagnosis, an AutogradGraph, a loss tensor or a model (with fn=), got "
                        f"{type(source).__name__}.")
 
@@ -243,18 +247,68 @@ def _finding_status(dx: Any, name: str, kind: str) -> str:
     return "zero" if kind in ZERO_KINDS else "ok"
 
 
+def _lost_in(loss: torch.Tensor, graph: AutogradGraph, name: str, model: nn.Module | None,
+             cap: Capture | None) -> Lost | None:
+    """Where a zero or tiny gradient was lost, from a recorded backward of ``loss`` (its graph still alive;
+    ``.grad`` left as it is), else None."""
+    from gradviz_nb.probes.backward import record_backward
+    from gradviz_nb.probes.causes import where_lost
+
+    leaf = graph.leaves().get(name)
+    p = _param(graph, model, name)
+    status = grad_status(p)[0]
+    if leaf is None or status not in ("zero", "tiny"):
+        return None
+    try:
+        rec = record_backward(loss, model=model, capture=cap, grad=torch.ones_like(loss))
+    except (RuntimeError, GradvizError):  # the graph was freed by an earlier backward: nothing to record
+        return None
+    return where_lost(rec, rec.graph, rec.graph.leaves().get(name, leaf), zero=status == "zero")
+
+
+class _Lines(TorchFunctionMode):
+    """The user's source line of every autograd node the forward makes, by sequence number (why's own re-run
+    only: the capture's hot path records none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[int, str] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        before = int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
+        out = func(*args, **(kwargs or {}))
+        after = int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
+        if after > before:
+            line = user_line()
+            for seq in range(before, after):
+                self.lines.setdefault(seq, line)
+        return out
+
+
 def _observed(model: nn.Module, name: str, fn: Callable[[], Any]) -> Why:
-    """Run ``fn`` once under capture in the sandbox, backward, and explain with everything observed."""
+    """Run ``fn`` once under capture in the sandbox, record its backward node by node, and explain with
+    everything observed (a zero or tiny gradient: where the recorded backward lost it)."""
+    from gradviz_nb.probes.backward import record_backward
+    from gradviz_nb.probes.causes import where_lost
+
     p = dict(model.named_parameters(remove_duplicate=False))[name]
     with sandbox(model):
         for q in model.parameters():
             q.grad = None
-        with capture(model) as cap:
+        with capture(model) as cap, _Lines() as seen:
             loss = fn()
         if not isinstance(loss, torch.Tensor):
             raise GradvizError(f"fn must return the loss tensor, got {type(loss).__name__}.")
-        graph = trace(loss, model=model, capture=cap) if loss.grad_fn is not None else None
-        if loss.requires_grad:
+        graph = None
+        if loss.grad_fn is not None:
+            rec = record_backward(loss, model=model, capture=cap, accumulate=True, grad=torch.ones_like(loss))
+            graph = rec.graph
+        elif loss.requires_grad:
             typed_torch.backward(loss, torch.ones_like(loss))
         status = grad_status(p)
-        return analyse(name, graph=graph, model=model, cap=cap, fn=fn, status=status)
+        leaf = graph.leaves().get(name) if graph is not None else None
+        lost = None
+        if graph is not None and leaf is not None and status[0] in ("zero", "tiny"):
+            lost = where_lost(rec, graph, leaf, zero=status[0] == "zero")
+        return analyse(name, graph=graph, model=model, cap=cap, fn=fn, status=status, lost=lost,
+                       lines=seen.lines)

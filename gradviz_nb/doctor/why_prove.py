@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -122,7 +123,7 @@ class _Fix(TorchFunctionMode):
             return first
         if e.kind == "hook" and func is torch.Tensor.register_hook and user_line() == e.line:
             self.hits += 1
-            return torch.utils.hooks.RemovableHandle({})
+            return torch.utils.hooks.RemovableHandle(OrderedDict())  # a handle to nothing (it weak-refs the dict)
         out = func(*args, **kwargs)
         if e.kind in ("left-graph", "zero-derivative") and torch.is_grad_enabled():
             return self._keep(func, args, kwargs, out)

@@ -4,12 +4,14 @@ During ``gv.capture`` (grad mode on) the capture's torch function mode
 (:class:`~gradviz_nb.tracing.ghosts.ForwardObserver`) hands every call's output to :func:`dropped_grad`. When no
 tensor in the output requires grad (or the output is Python data: a number, a list, an array) while an input
 does, :func:`carries_values` asks whether the output depends on that input's *values* at all, by measuring:
-the op runs again, once with the input's values replaced by zeros and once by distinct values (same shape,
-dtype and device, grad off, the RNG put back between runs). Different outputs: the values flowed into a result
-autograd does not follow, and the op is a cut, whatever its name (``.item()``, ``torch.tensor(t)``,
-``t.new_tensor(t)``, ``argmax``, ``unique``, an integer cast, ...). Equal outputs: the input was only a
-template (``zeros_like``, ``new_zeros``, ``.size()``), not a cut. The answer is kept per op and signature,
-so a forward pays for each measurement once.
+the op runs again, twice with the input's values replaced by zeros and once by distinct values (same shape,
+dtype and device, grad off, the RNG put back between runs). The same output for the same values and another
+for other values: the values flowed into a result autograd does not follow, and the op is a cut, whatever its
+name (``.item()``, ``torch.tensor(t)``, ``t.new_tensor(t)``, ``argmax``, ``unique``, an integer cast, ...).
+Equal outputs: the input was only a template (``zeros_like``, ``new_zeros``, ``.size()``), not a cut; different
+outputs for the same values: not a function of them (``data_ptr()``). Only calls made by the user's code are
+measured, not another gradviz_nb tool's. The answer is kept per op and signature, so a forward pays for each
+measurement once.
 
 No table here decides whether a cut exists; :data:`~gradviz_nb.tracing.evidence.WATCHED` only words known ops.
 """
@@ -139,12 +141,14 @@ def carries_values(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the user saw the op's own warning once, from the real call
-            a_args, a_kwargs = _swap(args, kwargs, False)
-            a = func(*a_args, **a_kwargs)
-            torch.set_rng_state(state)
-            b_args, b_kwargs = _swap(args, kwargs, True)
-            b = func(*b_args, **b_kwargs)
-        depends = not _same(a, b)
+            runs = []
+            for distinct in (False, False, True):
+                torch.set_rng_state(state)
+                run_args, run_kwargs = _swap(args, kwargs, distinct)
+                runs.append(func(*run_args, **run_kwargs))
+        # The same values twice must give the same output (not an address, an id, a clock), and other values
+        # another output.
+        depends = _same(runs[0], runs[1]) and not _same(runs[0], runs[2])
     except Exception:  # the probe values were refused: assume the op reads the values
         depends = True
     finally:

@@ -12,7 +12,8 @@ Walking from the parameter towards the loss, the first thing that explains the m
   every path to the loss whose derivative is zero (``round``, ``sign``, ...; a saturated ReLU/clamp), a
   custom ``autograd.Function`` on every path, the most saturated activation on its paths, a hook on the
   parameter itself;
-- expected zeros (a LoRA ``A`` whose ``B`` is still all zero) are explained, not flagged.
+- expected zeros are explained, not flagged: every path multiplies by a parameter that is exactly zero
+  (measured on its values: LoRA's ``B``, a zero-initialised adapter), whatever it is called.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import torch
 from torch import nn
 
 from gradviz_nb.kinds import Kind, fix_for
+from gradviz_nb.probes.causes.zeros import Lost, expected_zero
 from gradviz_nb.tracing import AutogradGraph
-from gradviz_nb.tracing.evidence import Evidence
+from gradviz_nb.tracing.evidence import Evidence, hook_name
 
 __all__ = ["CUT_KINDS", "Cause", "events_from_ghosts", "explain", "first_cut", "grad_status"]
 
@@ -338,6 +340,115 @@ def _most_saturated(dist: dict[str, int], events: Sequence[Evidence],
     return sats
 
 
+# -- measured in the recorded backward (probes/causes/zeros.py) ---------------------------------------------
+
+# Wording only: what a node whose backward sent zero usually is, by its op. The zero itself was measured.
+_WORDS = {"MulBackward0": "a multiplication", "NativeDropoutBackward0": "a dropout", "ToCopyBackward0": "a cast",
+          "MaskedFillBackward0": "a masked_fill", "WhereBackward0": "a torch.where", "DivBackward0": "a division"}
+_HOOKS = ("_backward_pre_hooks", "_backward_hooks")
+_FORWARD_HOOKS = ("_forward_pre_hooks", "_forward_hooks")
+
+
+def _module_hooks(model: nn.Module | None, module: str) -> tuple[str, Any] | None:
+    """``(path, hook)``: a backward (pre-)hook of the module at ``module``, else of a module inside it (the live
+    object, for prove()); a backward pre-hook's node is attributed to the caller of its module."""
+    if model is None:
+        return None
+    found = [(path, h) for path, m in model.named_modules() for attr in _HOOKS
+             for h in (getattr(m, attr, None) or {}).values()]
+    exact = [(path, h) for path, h in found if path == module]
+    inside = [(path, h) for path, h in found if not module or path.startswith(module + ".")]
+    chosen = exact or inside
+    return chosen[0] if chosen else None
+
+
+def _forward_hook_at(model: nn.Module | None, line: str) -> tuple[str, Any] | None:
+    """The module forward (pre-)hook whose code holds ``line`` (``file:line``): ``(module path, hook)``."""
+    if model is None or ":" not in line:
+        return None
+    filename, _, number = line.rpartition(":")
+    if not number.isdigit():
+        return None
+    for path, m in model.named_modules():
+        for attr in _FORWARD_HOOKS:
+            for hook in (getattr(m, attr, None) or {}).values():
+                code = getattr(getattr(hook, "__wrapped__", hook), "__code__", None)
+                if code is None or code.co_filename != filename:
+                    continue
+                last = max((n for _, _, n in code.co_lines() if n is not None), default=code.co_firstlineno)
+                if code.co_firstlineno <= int(number) <= last:
+                    return path, hook
+    return None
+
+
+def lost_cause(status: str, name: str, graph: AutogradGraph, lost: Lost, events: Sequence[Evidence],
+               model: nn.Module | None, lines: dict[int, str] | None = None) -> Cause:
+    """The cause of a zero or shrunk gradient where the recorded backward lost it."""
+    attrs = graph.nx.nodes[lost.node]
+    seq = attrs.get("seq", -1)
+    evs = [e for e in events if e.seq is not None and e.seq == seq]
+    line = next((e.line for e in evs if e.line), "") or (lines or {}).get(seq, "")
+    at = f" at {line}" if line else ""
+    where = f" in module {lost.module!r}" if lost.module else ""
+    measured = (f"measured in the backward: node {lost.node} ({lost.op}{where}) received a gradient of norm "
+                f"{lost.received:.3g} and sent {lost.sent:.3g} towards {name} (factor {lost.factor:.3g})")
+    hook_event = next((e for e in evs if e.kind == "hook"), None)
+    if lost.between:
+        if hook_event is not None:
+            return _hook_cause(status, name, hook_event, lost.node)
+        found = _module_hooks(model, lost.module) if lost.op == "BackwardHookFunctionBackward" else None
+        what = (f"the backward hook {hook_name(found[1])} of module {found[0]!r}" if found is not None else
+                f"a hook on the gradient between node {lost.between} and node {lost.node}")
+        return Cause(status, "hook-zeroed", f"{what} turned a non-zero gradient into zero",
+                     f"measured in the backward: node {lost.between} sent a gradient of norm {lost.received:.3g}, and "
+                     f"node {lost.node} ({lost.op}{where}) received zero", fix_for("hook-zeroed"), lost.node,
+                     hook=found[1] if found is not None else None)
+    if lost.op == "BackwardHookFunctionBackward" or hook_event is not None:
+        found = _module_hooks(model, lost.module)
+        what = f"the backward hook {hook_name(found[1])} of module {found[0]!r}" if found is not None else \
+            f"a backward hook of module {lost.module!r}"
+        return Cause(status, "hook-zeroed", f"{what} passes {'no' if lost.factor == 0 else 'a shrunk'} gradient back",
+                     measured, fix_for("hook-zeroed"), lost.node, hook_event, found[1] if found is not None else None)
+    if _custom(dict(attrs)):
+        return Cause(status, "custom-backward", f"the custom autograd.Function {lost.op}{where} passes "
+                     f"{'no' if lost.factor == 0 else 'a shrunk'} gradient back to it", measured + "; "
+                     "gv.gradcheck(fn, inputs) compares it with finite differences", fix_for("custom-backward"),
+                     lost.node)
+    in_hook = _forward_hook_at(model, line)
+    if in_hook is not None:
+        path, hook = in_hook
+        return Cause(status, "hook-zeroed", f"the forward hook {hook_name(hook)} of module {path!r} made {lost.op} at "
+                     f"{line}, which passes {'no' if lost.factor == 0 else 'a shrunk'} gradient back", measured,
+                     fix_for("hook-zeroed"), lost.node, hook=hook)
+    sat = next((e for e in evs if e.kind == "saturated" and e.numbers.get("fraction", 0.0) >= 1.0), None)
+    if sat is not None:
+        return _saturated(status, name, sat, lost.node, graph)
+    what = _WORDS.get(lost.op, lost.op.removesuffix("Backward0").lower() or "an op")
+    underflow = _underflow(graph, lost)
+    if underflow:
+        return Cause(status, "zero-derivative", f"{what}{at}{where} sends the gradient in {underflow}, where every "
+                     "value of it underflows to 0", measured, "keep the gradient in float32 there (autocast instead "
+                     "of a manual cast), or scale the loss (torch.amp.GradScaler)", lost.node)
+    if lost.factor == 0:
+        return Cause(status, "zero-derivative", f"{what}{at}{where} passes no gradient back: its local derivative "
+                     "was zero for every element (multiplied by zero, everything dropped, or masked)", measured,
+                     fix_for("zero-derivative"), lost.node)
+    return Cause(status, "vanishing", f"{what}{at}{where} keeps {lost.factor:.3g} of the gradient's norm, the least "
+                 "of any node on its paths", measured, fix_for("vanishing"), lost.node)
+
+
+def _underflow(graph: AutogradGraph, lost: Lost) -> str:
+    """The low-precision dtype the node sent its gradient in, when that is why it became zero (measured: a
+    non-zero gradient arrived, the producers' dtype is a float type narrower than float32)."""
+    g = graph.nx
+    if lost.factor != 0:
+        return ""
+    dtypes = {str(g.nodes[u].get("dtype", "")) for u in g.predecessors(lost.node)}
+    low = sorted(d for d in dtypes if d.removeprefix("torch.") in ("float16", "bfloat16") or "float8" in d)
+    mine = str(g.nodes[lost.node].get("dtype", ""))
+    return low[0].removeprefix("torch.") if low and mine not in low else ""
+
+
 # -- the whole walk ------------------------------------------------------------------------------------------
 
 
@@ -358,27 +469,27 @@ def _frozen(status: str, name: str, model: nn.Module | None) -> Cause:
                  "never computes its gradient", f"{name}.requires_grad_(True) (or leave it frozen on purpose)")
 
 
-def _lora_expected(status: str, name: str, model: nn.Module | None) -> Cause | None:
-    if status != "zero" or model is None or ".lora_A." not in f".{name}":
+def _expected(status: str, graph: AutogradGraph | None, leaf: str | None) -> Cause | None:
+    """An exact zero explained by a factor that is exactly zero (measured, :func:`expected_zero`)."""
+    if status != "zero" or graph is None or leaf is None:
         return None
-    partner = name.replace("lora_A", "lora_B")
-    b = dict(model.named_parameters()).get(partner)
-    if b is None or bool(b.detach().any()):
+    reason = expected_zero(graph, [leaf])
+    if not reason:
         return None
-    return Cause(status, None, "expected: LoRA's B starts at zero, so A gets exactly zero gradient at first",
-                 f"{partner} is all zeros ({b.numel():,} values): the adapter's output B(A x) is 0 and dL/dA = "
-                 "B^T (...) = 0; A starts learning once B moves (after the first optimizer step)",
-                 "nothing to fix: this is LoRA's initialisation")
+    return Cause(status, None, reason, "a weight's gradient is the product of the gradients after it and the "
+                 "factors on its path; one factor is all zeros, so the product is zero (a zero-initialised "
+                 "up-projection: LoRA's B, an adapter's last layer)", "nothing to fix: it learns once that "
+                 "parameter moves, after the first optimizer step", leaf)
 
 
 def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | None, events: Sequence[Evidence],
             model: nn.Module | None, param: torch.Tensor | None, adapters: dict[str, str] | None = None,
-            unused: str = "") -> Cause:
+            unused: str = "", lost: Lost | None = None, lines: dict[int, str] | None = None) -> Cause:
     """The first cause of ``name``'s gradient ``status`` (see the module docstring)."""
     leaf = graph.leaves().get(name) if graph is not None else None
     if param is not None and not param.requires_grad:
         return _frozen(status, name, model)
-    expected = _lora_expected(status, name, model)
+    expected = _expected(status, graph, leaf)
     if expected is not None:
         return expected
     switched = next((why for path, why in (adapters or {}).items() if name.startswith(path + ".")), "")
@@ -406,6 +517,13 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
                      f"{measured}; no path from {name} to the loss in the traced graph; {where}",
                      fix_for("unused-parameter"))
     assert graph is not None
+    leaf_hook = next((e for e in events if e.kind == "hook" and name in e.cut and _zeroed(e)), None)
+    # Measured in the backward, unless the parameter's own hook did it or a layer's input measured all zero in
+    # forward (a dead ReLU) is the other factor: both named below.
+    own_hook = leaf_hook is not None or (lost is not None and lost.between and lost.node == leaf)
+    if lost is not None and not own_hook and (
+            status != "zero" or _dead_input(graph, _distances(graph.nx, leaf), events) is None):
+        return lost_cause(status, name, graph, lost, events, model, lines)
     found = _in_graph(status, name, graph, leaf, events, param, model)
     if found is not None:
         return found
@@ -429,8 +547,15 @@ def _only_penalty(status: str, name: str, measured: str, graph: AutogradGraph | 
     if cut is None:
         return None
     g = graph.nx
-    if cut.where and any(g.nodes[n].get("kind") == "op" and g.nodes[n].get("module") for n in nx.descendants(g, leaf)):
-        return None  # a detach inside the model with the parameter still used by it: a stop-gradient by design
+    if any(g.nodes[n].get("kind") == "op" and g.nodes[n].get("module") for n in nx.descendants(g, leaf)):
+        # Measured: ops inside the model's modules still carry its gradient to the loss, so it still learns from
+        # the data; the cut is a stop-gradient on another path (SimSiam, BYOL, an online probe): information.
+        if status != "ok":
+            return None
+        return Cause("ok", None, f"it has a gradient; the {cut.op} at {_place(cut)} cuts one of its paths to the "
+                     "loss (cut here by design?)", f"{measured}; its gradient still reaches it through ops inside "
+                     "the model's modules, so it still learns from the data: the cut only stops this path",
+                     "nothing to fix if the stop-gradient is the method (SimSiam, BYOL, a detached probe)", leaf, cut)
     shown = "scaled" if status == "ok" else status
     c = cut_cause(shown, name, cut, events, leaf)
     return Cause(shown, c.kind, c.cause + "; only another term (a penalty or an auxiliary loss) still reaches it",

@@ -14,7 +14,7 @@ from torch import nn
 from gradviz_nb import schema
 from gradviz_nb.analysis.layer_health import WEIGHT_FLOOR, LayerHealth, LossStep, Thresholds, check_layers
 from gradviz_nb.kinds import Kind, kinds_of
-from gradviz_nb.probes.causes import adapter_switch_reasons, no_grad_reason
+from gradviz_nb.probes.causes import adapter_switch_reasons, expected_zero, no_grad_reason
 from gradviz_nb.probes.flow.grad_scale import live_scaler, pending_scale
 from gradviz_nb.probes.flow.stats import ModuleStats, ParamStats, module_stats
 from gradviz_nb.probes.sandbox import sandbox
@@ -119,6 +119,21 @@ def loss_stepper(model: nn.Module, params: list[ParamStats], tensors: Mapping[st
         return before, after
 
     return loss_step
+
+
+def _expected_zeros(layers: list[ModuleStats], graph: AutogradGraph | None) -> set[str]:
+    """Layers whose exactly-zero gradient is expected, measured on the graph's values: every path to the loss
+    multiplies by a parameter that is exactly zero (:func:`gradviz_nb.probes.causes.expected_zero`)."""
+    if graph is None:
+        return set()
+    leaves = graph.leaves()
+    out = set()
+    for m in layers:
+        if m.n_with_grad and m.norm == 0:
+            ids = [node for name, node in leaves.items() if name.rpartition(".")[0] == m.path]
+            if ids and expected_zero(graph, ids):
+                out.add(m.path)
+    return out
 
 
 def _check_layers(layers: list[ModuleStats], t: Thresholds, skip: set[str],
@@ -232,7 +247,8 @@ def check_flags(
     adapters = {n for names in adapter_groups([p.name for p in params], adapter_patterns).values() for n in names}
     adapter_layers = {p.module for p in params if p.name in adapters and not any(
         q.module == p.module and q.name not in adapters for q in params)}
-    flags += _check_layers(_depth_order(layers, graph, params), thresholds, adapter_layers, moved, steps, loss_step)
+    skip = adapter_layers | _expected_zeros(layers, graph)
+    flags += _check_layers(_depth_order(layers, graph, params), thresholds, skip, moved, steps, loss_step)
     flags += _check_adapters(params, adapter_patterns, reasons, adapter_switch_reasons(model))
     return flags
 

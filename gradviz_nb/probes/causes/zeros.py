@@ -1,0 +1,147 @@
+"""Where a parameter's gradient became zero or shrank, found in the recorded backward itself.
+
+Given a :class:`~gradviz_nb.probes.backward.BackwardRecording` of the backward that left the gradient, and the
+parameter's leaf, :func:`where_lost` walks the recorded steps of the nodes on the parameter's paths to the loss,
+in the engine's order, and names:
+
+- the first node that received a non-zero gradient and sent zero towards the parameter (a multiplication by a
+  constant that is zero, a dropout that dropped everything, a cast that underflowed, a hook inside the node), or
+- the first edge where a node sent non-zero and the next received zero: something between two nodes changed the
+  gradient, a tensor hook or a module's backward pre-hook, seen as a measured in/out pair, or
+- for a gradient that only shrank, the node whose out/in norm ratio is smallest (where most of the norm went).
+
+Whether a gradient is non-zero is read from its largest magnitude (exact in any dtype); norms are the
+recording's, which are exact at any magnitude. No op name decides anything here; the graph's op names only
+word the answer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+
+from gradviz_nb.probes.backward import BackwardRecording, GradStats
+from gradviz_nb.tracing import AutogradGraph
+
+__all__ = ["Lost", "expected_zero", "where_lost"]
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Where the gradient went. ``node``: the graph node; ``between``: the producer whose sent gradient arrived
+    changed (an edge: a hook between the two), else ``""``; ``received`` / ``sent``: norms in and out towards the
+    parameter; ``factor``: sent / received (0.0 for a zero)."""
+
+    node: str
+    op: str
+    module: str
+    received: float
+    sent: float
+    factor: float
+    between: str = ""
+
+
+def _norm(stats: list[GradStats | None]) -> float:
+    return math.sqrt(sum(float(g.norm) ** 2 for g in stats if g is not None and math.isfinite(g.norm)))
+
+
+def _nonzero(stats: list[GradStats | None]) -> bool:
+    return any(g is not None and g.max_abs > 0 for g in stats)
+
+
+def _on_paths(graph: AutogradGraph, leaf: str) -> set[str]:
+    g = graph.nx
+    down: set[str] = set(nx.descendants(g, leaf))
+    up: set[str] = set()
+    for root in graph.roots:
+        up |= nx.ancestors(g, root) | {root}
+    return down & up
+
+
+def where_lost(rec: BackwardRecording, graph: AutogradGraph, leaf: str, *, zero: bool) -> Lost | None:
+    """The node (or edge) where ``leaf``'s gradient was lost in the last recorded pass: ``zero``: the first that
+    received non-zero and sent zero towards it; else the one that kept the smallest share of the norm."""
+    path = _on_paths(graph, leaf)
+    towards = path | {leaf}
+    steps = [s for s in rec.pass_steps(-1) if s.node in towards]
+    sent_to: dict[str, list[tuple[str, GradStats | None]]] = {}  # node -> (producer, what it was sent)
+    shrinks: list[Lost] = []
+    attrs = graph.nx.nodes
+    for s in steps:
+        received = s.grad_outputs
+        arrived = sent_to.get(s.node, [])
+        op, module = str(attrs[s.node].get("op", "")), str(attrs[s.node].get("module", ""))
+        if arrived and _nonzero([g for _, g in arrived]) and not _nonzero(received):
+            # sent non-zero, received zero: a hook between the producer and this node changed it
+            producer = next(p for p, g in arrived if g is not None and g.max_abs > 0)
+            return Lost(s.node, op, module, _norm([g for _, g in arrived]), 0.0, 0.0, between=producer)
+        if s.node == leaf:
+            continue
+        out = [s.grad_inputs[d.input_nr] for d in s.deliveries if d.target in towards]
+        for d in s.deliveries:
+            if d.target in towards:
+                sent_to.setdefault(d.target, []).append((s.node, s.grad_inputs[d.input_nr]))
+        if not _nonzero(received):
+            continue
+        if not _nonzero(out):
+            return Lost(s.node, op, module, _norm(received), 0.0, 0.0)
+        if not zero:
+            r, o = _norm(received), _norm(out)
+            if r > 0:
+                shrinks.append(Lost(s.node, op, module, r, o, o / r))
+    if zero or not shrinks:
+        return None
+    return min(shrinks, key=lambda lost: lost.factor)
+
+
+def _zero_factor(graph: AutogradGraph, node: str) -> str:
+    """The name of an all-zero parameter ``node`` multiplies by, measured: a leaf feeding it (directly or through
+    one single-input op, e.g. a transpose) holds only zeros, and the node saved a parameter-sized tensor of that
+    leaf's shape (or its transpose) for its backward, so it is a factor of the gradient the node sends to its
+    other inputs (a zero bias is added, never saved: it is no factor). ``""`` if none."""
+    g = graph.nx
+    saved = [tuple(s.get("shape") or ()) for s in g.nodes[node].get("saved", []) or []
+             if s.get("param") or s.get("packed")]
+    if not saved:
+        return ""
+    feeders = list(g.predecessors(node))
+    feeders += [u for v in feeders if g.nodes[v].get("kind") == "op" and g.in_degree(v) == 1 for u in g.predecessors(v)]
+    for leaf in feeders:
+        if g.nodes[leaf].get("kind") != "leaf":
+            continue
+        ref = graph.tensors.get(leaf)
+        t = ref() if ref is not None else None
+        if t is None or not t.numel() or (tuple(t.shape) not in saved and tuple(reversed(t.shape)) not in saved):
+            continue
+        if not bool(t.detach().any()):
+            return str(g.nodes[leaf].get("name") or leaf)
+    return ""
+
+
+def expected_zero(graph: AutogradGraph, leaves: list[str]) -> str:
+    """Why an exact zero gradient of ``leaves`` (node ids) is expected, or ``""``: every path from them to the
+    loss passes through a node whose other factor is a parameter that is exactly zero (a zero-initialised
+    up-projection, LoRA's B): measured on the values, whatever the parameters are called."""
+    g = graph.nx
+    down: set[str] = set()
+    for leaf in leaves:
+        down |= nx.descendants(g, leaf)
+    blockers = {n: z for n in down if g.nodes[n].get("kind") == "op" and (z := _zero_factor(graph, n))
+                and graph.leaves().get(z) not in leaves}
+    if not blockers:
+        return ""
+    roots = set(graph.roots)
+    for leaf in leaves:
+        seen, stack = {leaf}, [leaf]
+        while stack:
+            for nxt in g.successors(stack.pop()):
+                if nxt in roots:
+                    return ""
+                if nxt not in seen and nxt not in blockers:
+                    seen.add(nxt)
+                    stack.append(nxt)
+    zeros = sorted(set(blockers.values()))
+    return (f"expected: every path to the loss multiplies by {', '.join(zeros)}, which is exactly zero (measured: "
+            "all its values are 0), so this gradient is exactly zero until that parameter moves")
