@@ -187,7 +187,7 @@ class ForwardObserver(TorchFunctionMode):
         """An op whose output autograd does not follow, with an input that requires grad: a cut when the output
         depends on that input's values (measured, :func:`~gradviz_nb.tracing.cuts.carries_values`)."""
         found = grad_input(args, kwargs)
-        if found is None or not made_by_user() or not carries_values(func, args, kwargs):
+        if found is None or not carries_values(func, args, kwargs) or not made_by_user():  # cached test first
             return
         pos, t = found
         where = f"argument {pos!r}" if isinstance(pos, str) else f"input {pos if isinstance(pos, int) else pos[0]}"
