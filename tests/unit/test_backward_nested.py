@@ -108,3 +108,36 @@ def test_other_threads_backward_is_not_followed() -> None:
         gv.record_backward(loss, model=model)
     t.join()
     assert done == [True] and torch.autograd.backward.__module__ == "torch.autograd"
+
+
+def test_an_autograd_grad_inside_a_custom_backward_is_followed() -> None:
+    ran: list[str] = []
+
+    class F(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            ctx.save_for_backward(x, w)  # type: ignore[attr-defined]
+            return x * w
+
+        @staticmethod
+        def backward(ctx: object, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            x, w = ctx.saved_tensors  # type: ignore[attr-defined]
+            with torch.enable_grad():
+                xx = x.detach().requires_grad_()
+                y = torch.sin(xx * w.detach()).sum()
+                stack = [y.grad_fn]  # PyTorch's truth: our own hooks on the nested graph's nodes
+                while stack:
+                    fn = stack.pop()
+                    if fn is not None and fn.name() != "torch::autograd::AccumulateGrad":
+                        fn.register_hook(lambda *_, fn=fn: ran.append(fn.name()))
+                        stack.extend(n for n, _ in fn.next_functions)
+                (gx,) = torch.autograd.grad(y, xx)
+            return g * w + gx * 0, g * x
+
+    x, w = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    loss = F.apply(x, w).sum()
+    rec = gv.record_backward(loss, names={"x": x, "w": w})
+    inner = [s for s in rec.steps if "/" in s.node]
+    assert [s.op for s in inner] == ran == ["SumBackward0", "SinBackward0", "MulBackward0"]
+    outer = next(s for s in rec.steps if s.op == "FBackward")
+    assert all(s.index < outer.index for s in inner)  # in the engine's order: inside the outer node's run

@@ -46,7 +46,12 @@ class Nested:
                 return original(*args, **kwargs)
             first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
             roots = roots_of(first)
-            undo = self.on_nested(roots, torch._C._current_autograd_node()) if roots else None
+            undo = None
+            if roots:
+                try:
+                    undo = self.on_nested(roots, torch._C._current_autograd_node())
+                except Exception:  # never break the user's backward: that call is only not followed
+                    undo = None
             try:
                 return original(*args, **kwargs)
             finally:
