@@ -104,7 +104,7 @@ def test_whatif_mode_click_edge_node_leaf_then_reset(browser: Any, tmp_path: Pat
     assert p.toggles() == {"detach": ["n11:0"], "freeze": []}
     assert p.js("() => gv.model.saves") >= 1
     answer = p.answer()
-    assert sorted(answer["lost"]) == ["n14", "n15"]
+    assert sorted(answer["lost_ids"]) == ["n14", "n15"]
     assert {"n11", "n12", "n13", "n14", "n15"} == set(answer["pruned"])
     edge = p.js("() => gv.hook.edgeBetween('n:n11', 'n:n8')")
     assert p.has_class(edge, "wi-cut")
@@ -121,12 +121,12 @@ def test_whatif_mode_click_edge_node_leaf_then_reset(browser: Any, tmp_path: Pat
     # 2. The same edge again: untoggled.
     p.click_edge("n:n11", "n:n8")
     assert p.toggles() == {"detach": [], "freeze": []}
-    assert p.answer()["lost"] == [] and not p.has_class("n:n14", "wi-lost")
+    assert p.answer()["lost_ids"] == [] and not p.has_class("n:n14", "wi-lost")
 
     # 3. An op (every output of the chunk's Split): the whole encoder loses its gradient.
     p.click_node("n7")
     assert p.toggles()["detach"] == ["n7"]
-    assert sorted(p.answer()["lost"]) == ["n10", "n14", "n15", "n16"]
+    assert sorted(p.answer()["lost_ids"]) == ["n10", "n14", "n15", "n16"]
     assert p.has_class("n:n7", "wi-detached")
     assert all(p.has_class(p.js("() => gv.hook.edgeBetween('n:n7', 'n:n6')"), c) for c in ["wi-cut"])
 
@@ -145,7 +145,7 @@ def test_whatif_mode_click_edge_node_leaf_then_reset(browser: Any, tmp_path: Pat
     # 5. Reset clears everything, in the trait too.
     p.page.click("[data-testid=gradviz-whatif-reset]")
     assert p.toggles() == {"detach": [], "freeze": []}
-    assert p.answer() == {"lost": [], "pruned": [], "runs": 18, "total": 18}
+    assert p.answer() == {"lost_ids": [], "pruned": [], "runs": 18, "total": 18}
     assert p.js("() => gv.hook.cy.$('.wi-lost, .wi-cut, .wi-pruned, .wi-frozen').length") == 0
     assert p.js("() => gv.hook.cy.$id('n:n4').data('label')").startswith("head.weight")
 
@@ -163,17 +163,17 @@ def test_collapsed_boxes_detach_outputs_and_shift_click_freezes(browser: Any, tm
     p.page.click("[data-testid=gradviz-fit]")
     p.click_box("enc")
     assert p.toggles() == {"detach": ["call:enc"], "freeze": []}
-    assert sorted(p.answer()["lost"]) == ["n10", "n14", "n15", "n16"]
+    assert sorted(p.answer()["lost_ids"]) == ["n10", "n14", "n15", "n16"]
     assert p.has_class("c:enc", "wi-haslost")
     label = p.js("() => gv.hook.cy.$id('c:enc').data('label')")
     assert label.startswith("✂ ▸ enc") and "✖ 4 lose gradient" in label
     p.click_box("head", shift=True)
     assert p.toggles() == {"detach": ["call:enc"], "freeze": ["call:head"]}
-    assert sorted(p.answer()["lost"]) == ["n10", "n14", "n15", "n16", "n17", "n4"]
+    assert sorted(p.answer()["lost_ids"]) == ["n10", "n14", "n15", "n16", "n17", "n4"]
     assert p.has_class("c:head", "wi-frozen")
     # Python sets the trait: the page follows.
     p.js("() => gv.model.set('toggles', {detach: [], freeze: ['n4']})")
-    assert p.answer()["lost"] == ["n4"]
+    assert p.answer()["lost_ids"] == ["n4"]
     assert not p.has_class("c:enc", "wi-haslost")
     assert "1 of 6 leaves loses gradient" not in p.summary()  # plural of the total, not of the lost
     assert "1 of 6 leaves lose gradient: head.weight" in p.summary()
@@ -200,7 +200,7 @@ def test_verified_banner_and_verify_button(browser: Any, tmp_path: Path) -> None
     p.page.screenshot(path=str(tmp_path / "disagree.png"))
     # The Verify button asks Python to re-run.
     p.page.click("[data-testid=gradviz-verify]")
-    assert p.js("() => gv.model.sent") == [{"id": 1, "kind": "verify", "body": {}}]  # the PageRequest envelope
+    assert p.js("() => gv.model.sent") == [{"id": 1, "kind": "verify", "body": {"question": "whatif"}}]  # the PageRequest envelope, naming the question
     good = {**bad, "actual_lost": bad["predicted_lost"], "agree": True}
     p.js("(v) => gv.model.set('verified', v)", good)
     text = banner.inner_text()
@@ -311,7 +311,7 @@ def test_gpt2_124m_toggle_restyles_without_layout(browser: Any, tmp_path: Path) 
             )
         )
         if len(handler) % 2:
-            assert p.toggles()["detach"] and p.answer()["lost"], "the click did not detach the tensor"
+            assert p.toggles()["detach"] and p.answer()["lost_ids"], "the click did not detach the tensor"
             assert p.has_class(key, "wi-cut")
     assert p.toggles() == {"detach": [], "freeze": []}
     assert p.positions() == before
