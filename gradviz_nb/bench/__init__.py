@@ -55,6 +55,8 @@ MIN_RUNS = 3  # full runs behind a table written into a file (--readme)
 
 
 def machine() -> str:
+    """Where and on what the table was measured: time, CPU, cores, torch threads, OS, and the versions of python,
+    torch and the peers."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:

@@ -32,6 +32,7 @@ class Model:
 
 
 def models(quick: bool) -> list[Model]:
+    """The models the table measures: a 12-block GPT (width 128) and GPT-2 124M, or one tiny GPT for ``--quick``."""
     if quick:
         return [Model("GPT-2 tiny (2 blocks, width 32)", GPT2Config.small_test(), seq=16)]
     return [

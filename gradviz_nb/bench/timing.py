@@ -35,6 +35,7 @@ class Row:
 
     @property
     def ratio(self) -> float:
+        """Feature / plain: the median of paired per-round ratios when timed so, else the ratio of the minima."""
         return self.paired if not math.isnan(self.paired) else self.t_feature / self.t_plain
 
 
@@ -77,6 +78,7 @@ class Timings:
         return statistics.median(pairs) if pairs else math.nan
 
     def row(self, model: str, feature: str, plain: str, key: str, plain_key: str, goal: str = "") -> Row:
+        """A table row from two variants' timings: their minima and the paired median ratio."""
         return Row(model, feature, plain, self[key], self[plain_key], goal, paired=self.ratio(key, plain_key))
 
 
@@ -109,4 +111,5 @@ def interleaved(variants: dict[str, Callable[[], object]], reps: int,
 
 
 def available(module: str) -> bool:
+    """Whether ``module`` can be imported (a peer that is not installed is reported as skipped)."""
     return importlib.util.find_spec(module) is not None

@@ -114,6 +114,8 @@ def _no_steps(opts: argparse.Namespace, outcome: Outcome) -> int:
 
 
 def doctor_command(opts: argparse.Namespace) -> int:
+    """``gradviz doctor SCRIPT``: observe the script's first steps and report the doctor's findings (exit 1 on
+    findings)."""
     dx, outcome = _observe(opts, opts.steps)
     if dx is None:
         return _no_steps(opts, outcome)
@@ -124,6 +126,7 @@ def doctor_command(opts: argparse.Namespace) -> int:
 
 
 def nan_command(opts: argparse.Namespace) -> int:
+    """``gradviz nan SCRIPT``: run the script's steps under ``find_nonfinite`` and report where a NaN/Inf is born."""
     from gradviz_nb.probes.nonfinite import find_nonfinite
 
     steps, say = _steps(opts.steps), progress(opts.quiet)
@@ -154,6 +157,8 @@ def nan_command(opts: argparse.Namespace) -> int:
 
 
 def why_command(opts: argparse.Namespace) -> int:
+    """``gradviz why SCRIPT PARAM``: why that parameter's gradient is missing, zero or tiny in the script's first
+    step."""
     from gradviz_nb.doctor.why import why
 
     dx, outcome = _observe(opts, 1)
@@ -221,6 +226,8 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 
 def graph_command(opts: argparse.Namespace) -> int:
+    """``gradviz graph SCRIPT``: the first step's autograd graph as an offline HTML page (or JSON, for an
+    ``--out`` ending in .json)."""
     from gradviz_nb.export.html import export_html
 
     dx, outcome = _observe(opts, 1)

@@ -28,6 +28,8 @@ class TrainingState(Snapshot):
 
     @classmethod
     def save(cls, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> TrainingState:
+        """Snapshot ``model`` and ``optimizer`` (and tensors that require grad outside ``parameters()``) before the
+        doctor runs steps."""
         extra = [t for u in unregistered(model) for t in u.tensors.values()]
         return cls(model, optimizer, tensors=extra)
 

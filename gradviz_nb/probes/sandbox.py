@@ -319,26 +319,32 @@ class Snapshot:
 
     @property
     def params(self) -> dict[str, torch.Tensor | None]:
+        """The parameters' values as saved, by name (None: not saved)."""
         return {s.name: s.value for s in self._named("param")}
 
     @property
     def buffers(self) -> dict[str, torch.Tensor | None]:
+        """The buffers' values as saved, by name (None: not saved)."""
         return {s.name: s.value for s in self._named("buffer")}
 
     @property
     def grads(self) -> dict[str, torch.Tensor | None]:
+        """The parameters' ``.grad`` as saved, by name."""
         return {s.name: s.grad_value for s in self._named("param")}
 
     @property
     def grad_ids(self) -> dict[str, int | None]:
+        """``id()`` of each parameter's ``.grad`` object as saved (the same objects are put back)."""
         return {s.name: None if s.grad is None else id(s.grad) for s in self._named("param")}
 
     @property
     def requires_grad(self) -> dict[str, bool]:
+        """Each parameter's ``requires_grad`` as saved, by name."""
         return {s.name: s.requires_grad for s in self._named("param")}
 
     @property
     def modes(self) -> dict[str, bool]:
+        """Each module's ``training`` flag as saved, by module path (``{}`` without a model)."""
         if self.model is None:
             return {}
         training = {id(m): t for m, t in self._modes}
@@ -346,6 +352,7 @@ class Snapshot:
 
     @property
     def optimizer_state(self) -> dict[str, Any] | None:
+        """The optimizer's state as saved (None without an optimizer)."""
         if self.optimizer is None:
             return None
         _, saved = self._opt_state[0]

@@ -193,6 +193,7 @@ def hook_wrapper(hook: Callable[[torch.Tensor], Any], event: Evidence) -> Callab
 
 
 def hook_name(hook: Any) -> str:
+    """A hook's name for evidence: its qualified name and where it is defined (``file:line``)."""
     name = getattr(hook, "__qualname__", None) or type(hook).__name__
     code = getattr(hook, "__code__", None)
     return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else str(name)

@@ -37,6 +37,7 @@ _op_by_type: dict[type, str] = {}
 
 def op_name(node: Any) -> str:
     # name() demangles a C++ name on every call; each backward op is its own Python type, so cache.
+    """The node's op name (``AddmmBackward0``), cached per node type."""
     kind = type(node)
     name = _op_by_type.get(kind)
     if name is None:
@@ -93,6 +94,7 @@ class Checkpoints:
         self.frames: list[Any] = []  # non-reentrant frames by index (None for reentrant indices)
 
     def new(self, frame: Any = None) -> int:
+        """Number a new checkpoint (with its frame, when known) and return its index."""
         self.frames.append(frame)
         self.count += 1
         return self.count - 1

@@ -109,6 +109,7 @@ def fmt(x: float) -> str:
 
 
 def fmt_vec(v: Sequence[float]) -> str:
+    """A short vector in words (a single value without brackets)."""
     return fmt(v[0]) if len(v) == 1 else "[" + ", ".join(fmt(x) for x in v) + "]"
 
 

@@ -200,7 +200,8 @@ def test_verified_banner_and_verify_button(browser: Any, tmp_path: Path) -> None
     p.page.screenshot(path=str(tmp_path / "disagree.png"))
     # The Verify button asks Python to re-run.
     p.page.click("[data-testid=gradviz-verify]")
-    assert p.js("() => gv.model.sent") == [{"id": 1, "kind": "verify", "body": {"question": "whatif"}}]  # the PageRequest envelope, naming the question
+    # the PageRequest envelope, naming the question
+    assert p.js("() => gv.model.sent") == [{"id": 1, "kind": "verify", "body": {"question": "whatif"}}]
     good = {**bad, "actual_lost": bad["predicted_lost"], "agree": True}
     p.js("(v) => gv.model.set('verified', v)", good)
     text = banner.inner_text()

@@ -55,6 +55,7 @@ class Records:
         return slot
 
     def compact(self) -> None:
+        """Halve the resolution when the buffer is full: keep every other record."""
         keep = self.capacity // 2
         for buf in (self.hist, self.steps, self.preclip, self.rank_hist):
             if buf is not None:
@@ -63,9 +64,11 @@ class Records:
         self.stride *= 2
 
     def column(self, stat: str) -> torch.Tensor:
+        """One statistic of every record, as a ``(records, layers)`` tensor (a copy)."""
         return self.hist[: self.count, :, STATS.index(stat)].clone()
 
     def ranks(self, stat: str) -> torch.Tensor | None:
+        """One statistic per rank of every record, when the monitor gathers ranks (None otherwise)."""
         if self.rank_hist is None:
             return None
         return self.rank_hist[: self.count, :, :, STATS.index(stat)].clone()

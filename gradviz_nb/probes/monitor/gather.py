@@ -23,6 +23,7 @@ _NORM = 0  # the norm column of a record (buffer.NORM)
 
 
 def world() -> tuple[int, int]:
+    """``(rank, world size)`` of the default process group, ``(0, 1)`` without one."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

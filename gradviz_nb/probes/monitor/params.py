@@ -39,9 +39,11 @@ class ParamIndex:
         self.sharded = any(is_dtensor(p) for p in self.params)  # FSDP2: DTensor shards, reduced per record
 
     def layer_of(self, i: int) -> int:
+        """The layer index of parameter ``i``."""
         return int(self.owner[i])
 
     def in_layer(self, c: int) -> list[int]:
+        """The parameter indices of layer ``c``."""
         return [i for i in range(len(self.params)) if self.layer_of(i) == c]
 
     def by_layer(self, idx: Sequence[int]) -> list[tuple[str, list[int]]]:

@@ -69,10 +69,12 @@ def answers(lazy: LazyGraph | None, values: dict[str, ValuesReplyBody] | None = 
 
 
 def reply(request_id: int, body: Body) -> PageReply:
+    """The successful reply to request ``request_id`` with ``body``."""
     return {"id": request_id, "kind": "reply", "ok": True, "body": body}
 
 
 def failure(request_id: int, error: str) -> PageReply:
+    """The failed reply to request ``request_id``, with the error the page shows."""
     return {"id": request_id, "kind": "reply", "ok": False, "error": error}
 
 
