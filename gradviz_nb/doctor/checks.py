@@ -258,13 +258,14 @@ def _gradient_passes(rec: StepRecord, path: str) -> bool:
     """Does a trained parameter's gradient pass through the module at ``path`` in this step's backward? Its
     nodes, or for a module that makes none (dropout in eval is the identity) its parent's, are in the graph: a
     frozen backbone run under no_grad makes none, so its eval() harms nothing."""
-    if rec.graph is None:
+    graph = rec.graph
+    if graph is None:
         return True  # nothing measured: keep the finding
 
     def has_nodes(prefix: str) -> bool:
         return any(d.get("kind") == "op" and (not prefix or d.get("module", "") == prefix or
                                               str(d.get("module", "")).startswith(prefix + "."))
-                   for _, d in rec.graph.nx.nodes(data=True))  # type: ignore[union-attr]
+                   for _, d in graph.nx.nodes(data=True))
 
     return has_nodes(path) or has_nodes(path.rpartition(".")[0])
 

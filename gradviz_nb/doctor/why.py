@@ -30,7 +30,7 @@ from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, typed_torch
 from gradviz_nb.tracing.capture import recent_evidence
 from gradviz_nb.tracing.evidence import Evidence
-from gradviz_nb.tracing.ghosts import user_line
+from gradviz_nb.tracing.ghosts import next_sequence_nr, user_line
 
 if TYPE_CHECKING:
     from gradviz_nb.doctor.why_prove import Proof
@@ -275,9 +275,9 @@ class _Lines(TorchFunctionMode):
         self.lines: dict[int, str] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        before = int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
+        before = next_sequence_nr()
         out = func(*args, **(kwargs or {}))
-        after = int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
+        after = next_sequence_nr()
         if after > before:
             line = user_line()
             for seq in range(before, after):

@@ -57,7 +57,7 @@ class Nested:
             finally:
                 if undo is not None:
                     undo()
-        wrapped.__wrapped__ = original  # type: ignore[attr-defined]
+        vars(wrapped)["__wrapped__"] = original  # what inspect.unwrap follows
         wrapped.__doc__ = original.__doc__
         return wrapped
 
