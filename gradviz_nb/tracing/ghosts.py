@@ -176,6 +176,7 @@ class GhostFollower:
                  ) -> None:
         self.ghosts: list[Ghost] = []
         self.param_names = {id(p): name for name, p in params}
+        self._param_order = {key: i for i, key in enumerate(self.param_names)}
         self._frozen = {id(p): (name, p) for name, p in params if not p.requires_grad}
         self._frozen_ghost: dict[int, Ghost] = {}
         self._current_call = current_call
@@ -199,9 +200,15 @@ class GhostFollower:
         else:
             ghost.source_leaf = id(source)
             cut = {id(source)}
-        ghost.cut = [name for key, name in self.param_names.items() if key in cut]
+        ghost.cut = self.names_of(cut)
         self.ghosts.append(ghost)
         return ghost
+
+    def names_of(self, cut: set[int]) -> list[str]:
+        """The parameters among ``cut`` by name, in model order: from the cut, not from every parameter (a
+        detach per parameter, as an optimizer step makes, was quadratic)."""
+        keys = sorted((k for k in cut if k in self._param_order), key=self._param_order.__getitem__)
+        return [self.param_names[k] for k in keys]
 
     def follow(self, out: Any, carried: list[Ghost], before: int) -> None:
         """An op's outputs: one in the graph is the target of the ghosts its inputs carried; a grad-less one

@@ -180,8 +180,7 @@ class ForwardObserver(TorchFunctionMode):
         if self._walks >= CUT_WALKS:
             return []
         self._walks += 1
-        cut = upstream_leaves(t.grad_fn)
-        return [name for key, name in self._param_names.items() if key in cut]
+        return self._follower.names_of(upstream_leaves(t.grad_fn))
 
     def _maybe_cut(self, func: Any, watched: str | None, args: Any, kwargs: dict[str, Any], out: Any) -> None:
         """An op whose output autograd does not follow, with an input that requires grad: a cut when the output
