@@ -25,6 +25,7 @@ from torch import nn
 
 from gradviz_nb.doctor.steps import StepEvents, StepWatch
 from gradviz_nb.probes.flow import GradientFlow, gradient_flow
+from gradviz_nb.probes.owned import for_this_thread, in_this_thread
 from gradviz_nb.probes.sharded import reshard_fsdp
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
 
@@ -80,18 +81,13 @@ def _grad_marks(named: dict[str, nn.Parameter]) -> dict[str, tuple[weakref.ref[t
 
 @contextmanager
 def _watch_backward(on_backward: Callable[[Any, Callable[[], None]], None]) -> Iterator[None]:
-    original = torch.autograd.backward
-
-    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+    def backward(original: Callable[..., Any], tensors: Any, *args: Any, **kwargs: Any) -> Any:
         result: list[Any] = []
         on_backward(tensors, lambda: result.append(original(tensors, *args, **kwargs)))
         return result[0] if result else None
 
-    torch.autograd.backward = backward
-    try:
+    with for_this_thread(torch.autograd, "backward", backward):  # this thread's backwards only
         yield
-    finally:
-        torch.autograd.backward = original
 
 
 def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int,
@@ -164,7 +160,7 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
     with capture(model) as cap:
         rec.cap = cap
         with watch.installed(), _watch_backward(on_backward):
-            hook = optimizer_globals.register_optimizer_step_pre_hook(before_optimizer_step)
+            hook = optimizer_globals.register_optimizer_step_pre_hook(in_this_thread(before_optimizer_step))
             try:
                 yield rec
             finally:

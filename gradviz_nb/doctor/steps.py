@@ -36,6 +36,8 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 from torch.overrides import TorchFunctionMode
 
+from gradviz_nb.probes.owned import for_this_thread, in_this_thread
+
 __all__ = ["Backward", "Foreign", "OptimizerStep", "SchedulerStep", "StepEvents", "StepWatch", "ZeroGrad",
            "caller_line"]
 
@@ -422,9 +424,10 @@ class StepWatch:
     def installed(self) -> Iterator[StepWatch]:
         """Every hook and patch for one step, removed on exit (also when the block raises)."""
         with ExitStack() as stack:
-            hooks = [optimizer_globals.register_optimizer_step_pre_hook(self._pre_step),
-                     optimizer_globals.register_optimizer_step_post_hook(self._post_step),
-                     self.model.register_forward_pre_hook(self._forward, with_kwargs=True)]
+            # global hooks fire in every thread: only this thread's steps are this step's
+            hooks = [optimizer_globals.register_optimizer_step_pre_hook(in_this_thread(self._pre_step)),
+                     optimizer_globals.register_optimizer_step_post_hook(in_this_thread(self._post_step)),
+                     self.model.register_forward_pre_hook(in_this_thread(self._forward), with_kwargs=True)]
             for h in hooks:
                 stack.callback(h.remove)
             stack.enter_context(_patched(torch.optim.Optimizer, "zero_grad", self._zero))
@@ -436,10 +439,9 @@ class StepWatch:
 
     @contextmanager
     def _scheduler_patch(self, cls: type) -> Iterator[None]:
-        original = vars(cls)["step"]
         watch = self
 
-        def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
+        def step(original: Callable[..., Any], sched: Any, *args: Any, **kwargs: Any) -> Any:
             watch._sched(sched)
             if watch._depth:
                 return original(sched, *args, **kwargs)
@@ -453,11 +455,8 @@ class StepWatch:
                 after = [_lr(g) for g in opt.param_groups] if opt is not None else []
                 watch.ev.scheduler_steps.append(SchedulerStep(watch._next(), type(sched).__name__, before, after))
 
-        cls.step = step  # type: ignore[attr-defined]
-        try:
+        with for_this_thread(cls, "step", step):
             yield
-        finally:
-            cls.step = original  # type: ignore[attr-defined]
 
 
 def _scheduler_classes() -> list[type]:
@@ -473,15 +472,12 @@ def _scheduler_classes() -> list[type]:
 
 @contextmanager
 def _patched(cls: type, name: str, before: Callable[[object], None]) -> Iterator[None]:
-    """``cls.name`` calls ``before(self)`` first, until the block exits."""
-    original = vars(cls)[name]
+    """``cls.name`` calls ``before(self)`` first in this thread, until the block exits (other threads' calls
+    are not seen: probes/owned.py)."""
 
-    def wrapper(self: object, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(original: Callable[..., Any], self: object, *args: Any, **kwargs: Any) -> Any:
         before(self)
         return original(self, *args, **kwargs)
 
-    setattr(cls, name, wrapper)
-    try:
+    with for_this_thread(cls, name, wrapper):
         yield
-    finally:
-        setattr(cls, name, original)

@@ -19,16 +19,37 @@ optimizer's param groups, DDP buckets, tied weights keep working):
   gradient the code replaced or set to ``None`` is put back and refilled);
 - ``requires_grad``, the training mode of every module;
 - every hook added meanwhile, by the probe or by the code it ran: the forward / pre-forward / backward /
-  state-dict hooks of every module, the global module hooks (``torch.nn.modules.module``), tensor hooks
-  (``register_hook``, ``register_post_accumulate_grad_hook``) of the tensors covered, the optimizer's own
-  and the global optimizer hooks; hooks the code removed are put back (dicts are restored, not replaced);
+  state-dict hooks of every module, tensor hooks (``register_hook``, ``register_post_accumulate_grad_hook``)
+  of the tensors covered, the optimizer's own hooks; hooks the code removed are put back (dicts are restored,
+  not replaced);
+- torch's *process-wide* hook dicts (the global module hooks of ``torch.nn.modules.module``, the global
+  optimizer hooks) are shared by every thread, so they are never written back from a copy: this thread's own
+  additions and removals are journaled and undone one by one (:class:`~gradviz_nb.probes.owned.Journal`); a
+  hook another thread adds or removes meanwhile stays as that thread left it;
 - the optimizer's state (momenta, step counts: the same tensors refilled; entries the code created are
   dropped) and its param groups' hyper-parameters (``lr``, ...); LR schedulers' state;
 - the RNG states of torch (CPU, and CUDA when initialised), Python's ``random`` and NumPy;
-- global torch modes: grad mode, anomaly detection, default dtype, the ``TorchFunctionMode`` and
-  ``TorchDispatchMode`` stacks (modes left pushed are popped), the saved-tensor hooks stack, and the
-  ``torch.autograd.backward`` / ``torch.autograd.grad`` / ``torch.Tensor.backward`` functions (probes wrap
-  them).
+- torch modes of this thread (torch keeps them per thread): grad mode, the ``TorchFunctionMode`` and
+  ``TorchDispatchMode`` stacks (modes left pushed are popped), the saved-tensor hooks stack; and two
+  process-wide ones, anomaly detection and the default dtype, written back only when they differ from the
+  entry (so a thread that changed nothing changes nothing back); the ``torch.autograd.backward`` /
+  ``torch.autograd.grad`` / ``torch.Tensor.backward`` functions if the code replaced them.
+
+Threads. A probe never patches a function or class for the whole process. To change how torch behaves while
+the user's code runs (see every backward, skip a ``no_grad``, run a checkpoint directly), a probe either
+pushes a mode (``TorchFunctionMode`` / ``TorchDispatchMode`` stacks are per thread), or uses
+:func:`~gradviz_nb.probes.owned.for_this_thread`::
+
+    def replacement(original, *args, **kwargs):   # this thread's calls only; original: the next in line
+        return original(*args, **kwargs)
+
+    with for_this_thread(torch.autograd, "backward", replacement):
+        step()
+
+One dispatcher sits on the attribute while any thread uses it, calls from other threads go straight to the
+original, and the last user puts the original object back (a class ``__dict__`` ends as it began). A hook in
+a process-wide dict is made thread-bound with :func:`~gradviz_nb.probes.owned.in_this_thread`, and a capture
+records only the module calls of the thread that started it (sequence numbers are per thread).
 
 Comparisons come before copies: a tensor whose values did not change is not written, so its version
 counter does not move and a graph the user still holds stays usable.
@@ -38,7 +59,9 @@ collectives, a logger), data loader iterators it advanced, Python objects other 
 (attributes the code set on the model, globals, caches, a ``GradScaler``'s scale), tensors the sandbox was
 not told about (pass them in ``tensors=``), modules and optimizers it was not given (a model the code
 closes over but the probe was not passed), version counters of tensors that were written, CUDA
-memory-allocator state, and inference mode. Holding the snapshot costs one copy of the parameters,
+memory-allocator state, and inference mode. The RNG states are one per process: a sandbox puts them back
+as they were at its entry, so another thread drawing random numbers meanwhile has its draws replayed.
+Holding the snapshot costs one copy of the parameters,
 buffers, gradients and optimizer state (a lazy one, ``sandbox(..., lazy=True)``: of those written only).
 After the ``with`` block the sandbox drops every reference it held
 (the model can be garbage-collected even if the sandbox object is kept).
@@ -56,11 +79,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
-import torch.nn.modules.module as module_globals
-import torch.optim.optimizer as optimizer_globals
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.owned import Journal, is_dispatcher
 from gradviz_nb.probes.sharded import reshard_fsdp
 
 __all__ = ["MODULE_HOOKS", "Snapshot", "sandbox"]
@@ -73,18 +95,14 @@ MODULE_HOOKS = (
     "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
     "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
 )
-GLOBAL_MODULE_HOOKS = (
-    "_global_forward_hooks", "_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called",
-    "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks",
-    "_global_module_registration_hooks", "_global_parameter_registration_hooks", "_global_buffer_registration_hooks",
-)
 OPTIMIZER_HOOKS = (
     "_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
     "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks", "_optimizer_load_state_dict_post_hooks",
 )
-GLOBAL_OPTIMIZER_HOOKS = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
 TENSOR_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 
+
+_ENTRY_POINTS = ((torch.autograd, "backward"), (torch.autograd, "grad"), (torch.Tensor, "backward"))
 
 _DICTS = (dict, OrderedDict)  # what torch keeps hooks in: checked by type first (an ABC isinstance is slow)
 
@@ -286,9 +304,10 @@ class Snapshot:
         self._cow = _CopyOnWrite(self._tensors) if lazy else None
         self._modes = [(m, m.training) for m in modules]
         self._module_hooks = [pair for m in modules for pair in _hook_dicts(m, MODULE_HOOKS)]
-        self._global_hooks = (_hook_dicts(module_globals, GLOBAL_MODULE_HOOKS)
-                              + _hook_dicts(optimizer_globals, GLOBAL_OPTIMIZER_HOOKS)
-                              + [pair for o in self.optimizers for pair in _hook_dicts(o, OPTIMIZER_HOOKS)])
+        # torch's global hook dicts are shared by every thread: this thread's changes are journaled and undone,
+        # never a copy written back (probes/owned.py)
+        self._journal: Journal | None = Journal().open()
+        self._global_hooks = [pair for o in self.optimizers for pair in _hook_dicts(o, OPTIMIZER_HOOKS)]
         self._opt_groups = [(o, list(o.param_groups),
                              [copy.deepcopy({k: v for k, v in g.items() if k != "params"}) for g in o.param_groups],
                              [list(g["params"]) for g in o.param_groups]) for o in self.optimizers]
@@ -308,7 +327,7 @@ class Snapshot:
         self._function_modes = torch._C._len_torch_function_stack()
         self._dispatch_modes = torch._C._len_torch_dispatch_stack()
         self._saved_hooks: tuple[Any, ...] | None = torch._C._autograd._top_saved_tensors_default_hooks(True)
-        self._backward = (torch.autograd.backward, torch.autograd.grad, torch.Tensor.backward)
+        self._backward = tuple(getattr(owner, name) for owner, name in _ENTRY_POINTS)
 
     # -- names for comparisons ---------------------------------------------------------------------------
     def _named(self, kind: str) -> list[_TensorState]:
@@ -397,15 +416,25 @@ class Snapshot:
                     a is b for a, b in zip(top, self._saved_hooks, strict=True))):
                 break
             torch._C._autograd._pop_saved_tensors_default_hooks()
-        torch.set_grad_enabled(self._grad_enabled)
-        torch.set_anomaly_enabled(*self._anomaly)
-        torch.set_default_dtype(self._dtype)
-        torch.autograd.backward, torch.autograd.grad, torch.Tensor.backward = self._backward  # type: ignore[method-assign]
+        torch.set_grad_enabled(self._grad_enabled)  # per thread
+        # Anomaly mode and the default dtype are per process: written only if they differ, so a value another
+        # thread set meanwhile is kept when this thread changed nothing.
+        if (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()) != self._anomaly:
+            torch.set_anomaly_enabled(*self._anomaly)
+        if torch.get_default_dtype() != self._dtype:
+            torch.set_default_dtype(self._dtype)
+        for (owner, name), saved in zip(_ENTRY_POINTS, self._backward, strict=True):
+            now = getattr(owner, name)
+            # a probe's per-thread dispatcher (probes/owned.py) is removed by its last user, not from a copy
+            if now is not saved and not is_dispatcher(now) and not is_dispatcher(saved):
+                setattr(owner, name, saved)
 
     def _restore_hooks(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._journal is not None:
+            self._journal.undo()
         for live, saved in [*self._module_hooks, *self._global_hooks]:
             _restore_dict(live, saved)
         for s in self._tensors:
@@ -501,6 +530,9 @@ class Snapshot:
         self._opt_groups, self._opt_state, self._sched_state = [], [], []
         self._cow = None
         self._saved_hooks = None
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
 
 @contextmanager

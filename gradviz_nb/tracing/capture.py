@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -150,16 +151,20 @@ class Capture:
         del hooked  # the hooks below hold module ids and paths, never a module
 
         # While dynamo traces (torch.compile), the hooks do nothing: reading the sequence counter there would
-        # split the user's compiled graph. The compiled region lands in the eager call around it.
+        # split the user's compiled graph. The compiled region lands in the eager call around it. The hooks are
+        # global, so they fire in every thread; sequence numbers are per thread, so only the thread that
+        # started the capture is recorded.
+        thread = threading.get_ident()
+
         def pre(module: nn.Module, args: Any) -> None:
-            if compiling():
+            if compiling() or threading.get_ident() != thread:
                 return
             path = paths.get(id(module))
             if path is not None:
                 self._pre(path, module)
 
         def post(module: nn.Module, args: Any, out: Any) -> None:
-            if compiling():
+            if compiling() or threading.get_ident() != thread:
                 return
             path = paths.get(id(module))
             if path is not None:

@@ -29,6 +29,7 @@ import importlib.util
 import os
 import random
 import tempfile
+import threading
 import weakref
 import zlib
 from collections.abc import Callable, Iterator
@@ -705,3 +706,131 @@ def test_no_entry_point_keeps_the_model_alive() -> None:
     gc.collect()
     alive = sorted(case for case, ref in refs.items() if ref() is not None)
     assert alive == [], f"these keep the model alive: {alive}"
+
+
+# -- threaded mode: two threads, every entry point that runs user code, captures in between ---------------------
+
+
+def _patchable_classes() -> list[type]:
+    """Classes a probe might wrap: every optimizer and LR scheduler class torch ships, nn.Module, no_grad and
+    the reentrant checkpoint's Function."""
+    from torch.optim.lr_scheduler import LRScheduler
+    from torch.utils.checkpoint import CheckpointFunction
+
+    out: list[type] = [nn.Module, torch.Tensor, torch.autograd.grad_mode.no_grad, CheckpointFunction]
+    todo: list[type] = [torch.optim.Optimizer, LRScheduler]
+    while todo:
+        cls = todo.pop()
+        if cls not in out:
+            out.append(cls)
+            todo.extend(cls.__subclasses__())
+    return out
+
+
+def process_fingerprint() -> dict[str, Any]:
+    """What every thread shares: the global module and optimizer hook dicts (by key), anomaly mode, the
+    default dtype, the autograd entry points and the class dicts of everything a probe could patch."""
+    fp: dict[str, Any] = {}
+    for owner, names in ((module_globals, GLOBAL_MODULE_HOOKS), (optimizer_globals, GLOBAL_OPTIMIZER_HOOKS)):
+        for n in names:
+            fp[f"global hooks {n}"] = tuple(getattr(owner, n))
+    fp["anomaly mode"] = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+    fp["default dtype"] = torch.get_default_dtype()
+    fp["autograd entry points"] = (torch.autograd.backward, torch.autograd.grad, torch.Tensor.backward)
+    for cls in _patchable_classes():
+        fp[f"class {cls.__module__}.{cls.__qualname__}"] = tuple(sorted((k, id(v)) for k, v in vars(cls).items()))
+    return fp
+
+
+def thread_fingerprint() -> tuple[Any, ...]:
+    """What each thread has of its own: grad mode, the mode stacks, saved-tensor hooks."""
+    return (torch.is_grad_enabled(), torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(),
+            torch._C._autograd._top_saved_tensors_default_hooks(True) is None)
+
+
+THREADED = [name for name, e in ENTRIES.items() if (e.user_code or e.observer) and "integrations." not in name]
+
+
+class _Turns:
+    """Forces the interleaving a snapshot-and-restore gets wrong, for each entry point: thread A enters it
+    (and takes any snapshot) first, thread B enters while A is inside, A leaves while B is inside. Each gate
+    is passed at the first forward of a host model inside the entry (a module pre-hook on the host)."""
+
+    def __init__(self) -> None:
+        self.a_in, self.b_in, self.a_out = threading.Event(), threading.Event(), threading.Event()
+        self.armed = {"a": False, "b": False}
+
+    def gate(self, who: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any) -> None:
+            if not self.armed[who]:
+                return
+            self.armed[who] = False
+            if who == "a":
+                self.a_in.set()
+                self.b_in.wait(5)
+            else:
+                self.b_in.set()
+                self.a_out.wait(5)
+        return hook
+
+
+def _run_entry(name: str, host: Host, tmp: Path) -> None:
+    entry = ENTRIES[name]
+    ctx = None
+    if entry.prepare is not None:
+        host, ctx = entry.prepare(host)
+    if entry.observer:
+        host.model.eval()
+    entry.run(host, _fault(name, host, "ok"), ctx, tmp)
+    host.model.train()
+
+
+def test_two_threads_leave_process_state_as_it_began() -> None:
+    """Two threads run every entry point that runs user code, each on its own model, with a capture in
+    between, in the order that breaks a snapshot written back; the process-wide hook dicts, modes and class
+    dicts end as they began, and each thread's own modes too."""
+    # no dropout: the global RNG is one per process, so draws in one thread move the other's (gradcheck re-runs)
+    hosts = {"a": fresh("bn_cnn"), "b": fresh("bn_cnn")}
+    before = process_fingerprint()
+    errors: list[str] = []
+    rounds = {name: _Turns() for name in THREADED}
+    start = threading.Barrier(2)
+
+    def worker(who: str) -> None:
+        host = hosts[who]
+        mine = thread_fingerprint()
+        handles = []
+        try:
+            for name in THREADED:
+                turns = rounds[name]
+                handles.append(host.model.register_forward_pre_hook(turns.gate(who)))
+                start.wait(30)
+                if who == "b":
+                    turns.a_in.wait(5)
+                turns.armed[who] = True
+                with tempfile.TemporaryDirectory() as tmp:
+                    try:
+                        _run_entry(name, host, Path(tmp))
+                    except Exception as err:  # the test reports it with the entry's name
+                        errors.append(f"{who} {name}: {type(err).__name__}: {err}")
+                turns.armed[who] = False
+                if who == "a":
+                    turns.a_out.set()
+                handles.pop().remove()
+                with gv.capture(host.model) as cap:  # a capture between entry points, in both threads
+                    host.observed()
+                if not cap.calls:
+                    errors.append(f"{who} after {name}: the capture saw no module call")
+            if thread_fingerprint() != mine:
+                errors.append(f"{who}: its grad mode or mode stacks changed")
+        finally:
+            for h in handles:
+                h.remove()
+
+    threads = [threading.Thread(target=worker, args=(who,)) for who in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert differences(before, process_fingerprint()) == []

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -21,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from gradviz_nb.probes.nonfinite.found import NonFinite, Site, _Birth, classify, input_info
+from gradviz_nb.probes.owned import for_this_thread, in_this_thread
 
 _GB = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the gradviz_nb package
 # Library code between an op and the user's line: torch and gradviz_nb's library layers. The bug zoo and
@@ -194,8 +196,8 @@ class _Watch(BareDispatchMode):
                 pass
 
     def start(self) -> None:
-        self._handles = [register_module_forward_pre_hook(self._pre),
-                         register_module_forward_hook(self._post, always_call=True)]
+        self._handles = [register_module_forward_pre_hook(in_this_thread(self._pre)),
+                         register_module_forward_hook(in_this_thread(self._post), always_call=True)]
 
     def stop(self) -> None:
         for handle in self._handles:
@@ -448,30 +450,29 @@ class _Patched:
     """``torch.autograd.backward`` / ``grad`` wrapped so their roots and returned gradients are checked."""
 
     watch: _Watch
-    saved: dict[str, Any] = field(default_factory=dict)
+    stack: ExitStack = field(default_factory=ExitStack)
 
     def __enter__(self) -> _Patched:
         watch = self.watch
-        backward, grad = torch.autograd.backward, torch.autograd.grad
-        self.saved = {"backward": backward, "grad": grad}
 
-        def wrapped_backward(*args: Any, **kwargs: Any) -> Any:
+        def wrapped_backward(backward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             watch.check(args[0] if args else kwargs.get("tensors"), "loss (a root of backward)")
             given = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
             if given is not None:
                 watch.check(given, "the gradient given to backward")
             return backward(*args, **kwargs)
 
-        def wrapped_grad(*args: Any, **kwargs: Any) -> Any:
+        def wrapped_grad(grad: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             watch.check(args[0] if args else kwargs.get("outputs"), "loss (an output given to autograd.grad)")
             out = grad(*args, **kwargs)
             watch.check(out, "a gradient returned by torch.autograd.grad")
             return out
 
-        torch.autograd.backward = wrapped_backward
-        torch.autograd.grad = wrapped_grad
+        # for this thread only: another thread's backward is not this probe's (probes/owned.py)
+        self.stack = ExitStack()
+        self.stack.enter_context(for_this_thread(torch.autograd, "backward", wrapped_backward))
+        self.stack.enter_context(for_this_thread(torch.autograd, "grad", wrapped_grad))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        torch.autograd.backward = self.saved["backward"]
-        torch.autograd.grad = self.saved["grad"]
+        self.stack.close()

@@ -1,0 +1,198 @@
+"""The sandbox undoes only what its own thread changed: torch's process-wide hook dicts are shared by every
+thread, so a snapshot written back by one thread lost or resurrected another thread's hooks.
+
+Each test orders two threads with events, so the interleaving that used to break is forced, not hoped for."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.modules.module as module_globals
+import torch.optim.optimizer as optimizer_globals
+from torch import nn
+
+import gradviz_nb as gv
+from gradviz_nb.probes.owned import Journal, for_this_thread
+from gradviz_nb.probes.sandbox import sandbox
+
+
+def _global_hooks() -> dict[str, int]:
+    names = [n for n in dir(module_globals) if n.startswith("_global_") and n.endswith("hooks")]
+    out = {n: len(getattr(module_globals, n)) for n in names}
+    out.update({n: len(getattr(optimizer_globals, n)) for n in ("_global_optimizer_pre_hooks",
+                                                                 "_global_optimizer_post_hooks")})
+    return out
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as err:  # reported by the test, not lost in the thread
+            errors.append(err)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, errors
+
+
+def test_a_capture_stopped_while_another_thread_sandboxes_stays_stopped() -> None:
+    """B captures, A enters a sandbox, B stops: A's exit must not put B's dead hooks back."""
+    before = _global_hooks()
+    entered, stopped = threading.Event(), threading.Event()
+
+    def a() -> None:
+        with sandbox(_model()):
+            entered.set()
+            assert stopped.wait(30)
+
+    t, errors = _in_thread(a)
+    model = _model()
+    with gv.capture(model):
+        assert entered.wait(30)
+        model(torch.randn(2, 4))
+    stopped.set()
+    t.join()
+    assert errors == []
+    assert _global_hooks() == before
+
+
+def test_a_sandbox_ending_leaves_another_threads_live_capture_alone() -> None:
+    """A enters a sandbox, B starts a capture, A exits: B's hooks stay, and B's graph has its module calls."""
+    before = _global_hooks()
+    entered, started, left = threading.Event(), threading.Event(), threading.Event()
+
+    def a() -> None:
+        with sandbox(_model()):
+            entered.set()
+            assert started.wait(30)
+        left.set()
+
+    t, errors = _in_thread(a)
+    model = _model()
+    assert entered.wait(30)
+    with gv.capture(model) as cap:
+        started.set()
+        assert left.wait(30)
+        loss = model(torch.randn(2, 4)).sum()
+    t.join()
+    assert errors == []
+    assert [c.path for c in cap.calls] == ["", "0", "1", "2"]
+    assert [c["path"] for c in gv.trace(loss, model=model, capture=cap).calls] == ["0", "1", "2"]
+    assert _global_hooks() == before
+
+
+def test_user_code_in_a_sandbox_loses_its_own_global_hooks_only() -> None:
+    """The code in A's sandbox adds a global hook and removes one it found: both undone. B's hook, added
+    meanwhile, stays; B's hook removed meanwhile stays removed."""
+    b_gone = module_globals.register_module_forward_hook(lambda *a: None)
+    found = module_globals.register_module_forward_pre_hook(lambda *a: None)
+    before = _global_hooks()
+    ids = list(module_globals._global_forward_pre_hooks)
+    b_kept: list[Any] = []
+    with sandbox(_model()):
+        module_globals.register_module_forward_hook(lambda *a: None)  # the user's, never removed
+        found.remove()
+        t, errors = _in_thread(lambda: (b_kept.append(module_globals.register_module_full_backward_hook(
+            lambda *a: None)), b_gone.remove()))
+        t.join()
+    assert errors == []
+    assert list(module_globals._global_forward_pre_hooks) == ids  # put back, in its place
+    assert len(module_globals._global_backward_hooks) == before["_global_backward_hooks"] + 1  # B's stays
+    assert len(module_globals._global_forward_hooks) == before["_global_forward_hooks"] - 1  # B's stays removed
+    b_kept[0].remove()
+    found.remove()
+
+
+def test_two_threads_asking_why_ten_times_leave_no_hook() -> None:
+    before = _global_hooks()
+
+    def worker() -> None:
+        model = _model()
+        model[0].weight.requires_grad_(False)
+        x = torch.randn(3, 4)
+        for _ in range(10):
+            gv.why(model, "0.weight", fn=lambda: model(x).sum()).prove()
+
+    started = [_in_thread(worker) for _ in range(2)]
+    for t, errors in started:
+        t.join()
+        assert errors == []
+    assert _global_hooks() == before
+
+
+def test_a_capture_records_only_its_own_threads_module_calls() -> None:
+    """Sequence numbers are per thread: another thread's forward inside a capture is not the capture's."""
+    model, other = _model(), _model()
+    inside = threading.Event()
+    done = threading.Event()
+
+    def b() -> None:
+        assert inside.wait(30)
+        other(torch.randn(2, 4))
+        model(torch.randn(2, 4))  # the captured model itself, called from another thread
+        done.set()
+
+    t, errors = _in_thread(b)
+    with gv.capture(model) as cap:
+        inside.set()
+        assert done.wait(30)
+        model(torch.randn(2, 4))
+    t.join()
+    assert errors == []
+    assert [c.path for c in cap.calls] == ["", "0", "1", "2"]
+
+
+def test_journal_undoes_only_this_threads_changes() -> None:
+    j = Journal().open()
+    try:
+        mine = module_globals.register_module_forward_hook(lambda *a: None)
+        theirs: list[Any] = []
+        t, _ = _in_thread(lambda: theirs.append(module_globals.register_module_forward_hook(lambda *a: None)))
+        t.join()
+        j.undo()
+        keys = set(module_globals._global_forward_hooks)
+        assert mine.id not in keys and theirs[0].id in keys
+    finally:
+        j.close()
+        theirs[0].remove()
+
+
+def test_for_this_thread_is_invisible_to_other_threads() -> None:
+    """A replacement applies to the calling thread only, and the attribute ends as it began."""
+    seen: list[str] = []
+    original = vars(torch.optim.SGD).get("zero_grad", None)
+    go, checked = threading.Event(), threading.Event()
+    opt = torch.optim.SGD(_model().parameters(), lr=0.1)
+
+    def other() -> None:
+        assert go.wait(30)
+        opt.zero_grad()  # through the dispatcher, to the original: not seen
+        checked.set()
+
+    t, errors = _in_thread(other)
+
+    def mine(original: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.current_thread().name)
+        return original(self, *args, **kwargs)
+
+    with for_this_thread(torch.optim.Optimizer, "zero_grad", mine):
+        go.set()
+        assert checked.wait(30)
+        opt.zero_grad()
+    t.join()
+    assert errors == []
+    assert seen == [threading.current_thread().name]
+    assert vars(torch.optim.SGD).get("zero_grad", None) is original
+    assert "zero_grad" in vars(torch.optim.Optimizer) and not hasattr(
+        vars(torch.optim.Optimizer)["zero_grad"], "__gradviz_dispatcher__")
