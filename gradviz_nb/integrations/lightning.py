@@ -109,15 +109,24 @@ class GradvizCallback(_Callback):  # type: ignore[misc]  # lightning's Callback 
             for logger in trainer.loggers:
                 logger.log_metrics(numbers, step=trainer.global_step)
 
-    def on_train_end(self, trainer: Any, pl_module: nn.Module) -> None:
-        """Close the monitor; write and close TensorBoard, save when ``save`` is set."""
-        if self.monitor is None:
-            return
-        self.monitor.close()
+    def on_exception(self, trainer: Any, pl_module: nn.Module, exception: BaseException) -> None:
+        """A failed ``fit`` (the model raised, or the user interrupted): ``on_train_end`` will not run, so the
+        monitor's hooks are removed here (its history stays readable in :attr:`monitor`)."""
+        self._release()
+
+    def _release(self) -> None:
+        if self.monitor is not None:
+            self.monitor.close()
         if self._tb is not None:
             self._tb.write()
             self._tb.close()
             self._tb = None
+
+    def on_train_end(self, trainer: Any, pl_module: nn.Module) -> None:
+        """Close the monitor; write and close TensorBoard, save when ``save`` is set."""
+        if self.monitor is None:
+            return
+        self._release()
         if self.save and trainer.is_global_zero:
             out = _out_dir(trainer)
             out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,15 @@ backward itself: a post-accumulate-grad hook on the trainable parameters queues 
 runs once the backward pass has finished, on the micro-batch for which accelerate's ``sync_gradients`` is True
 (the Trainer sets it before each micro-batch). The norms are the pre-clip ones, one record per optimizer step.
 
+A failed run. The Trainer has no exception event: when the model raises or the user interrupts, ``on_train_end``
+never runs, and the hooks and the live monitor would stay on the model. The two calls a failure passes through
+are looked up on the Trainer instance, so the callback puts a guard on both for its own Trainer (found on the
+call stack at ``on_init_end`` and ``on_train_begin``): ``train`` (everything, from the next run on, or from
+the first if the callback was given to the constructor) and ``training_step`` (forward and backward, where a
+model error or an interrupt lands, from the current run on). Either guard, on an exception, removes the hooks
+and closes the monitor (its history stays readable) before the exception goes on; ``on_train_end`` removes the
+``training_step`` guard, so the instance ends as it began.
+
 With reentrant activation checkpointing (``gradient_checkpointing_kwargs={"use_reentrant": True}``) gradients
 arrive in nested backward passes, whose end is not the end of the step; the callback then records at
 ``on_pre_optimizer_step`` (after clipping) and says so in :attr:`GradvizCallback.notes`.
@@ -16,8 +25,12 @@ arrive in nested backward passes, whose end is not the end of the step; the call
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+import weakref
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -97,8 +110,15 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
         self._tb: Any = None
         self._gradient_state: Any = None
         self._logged_record = 0
+        self._trainer: weakref.ref[Any] | None = None
 
     # -- Trainer events ----------------------------------------------------------------------------
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Guard the Trainer's ``train`` (see the module docstring: a failed run still releases the hooks)."""
+        trainer = _calling_trainer()
+        if trainer is not None:
+            self._guard(trainer, "train")
+
     def on_train_begin(self, args: Any, state: Any, control: Any, model: nn.Module | None = None,
                        optimizer: Any = None, train_dataloader: Any = None, **kwargs: Any) -> None:
         """Start the monitor on the Trainer's model: the first-step doctor when asked, the end-of-backward hooks,
@@ -106,6 +126,11 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
         if model is None:
             raise GradvizError("GradvizCallback got no model from the Trainer.")
         self._close_hooks()
+        trainer = _calling_trainer()
+        if trainer is not None:
+            self._guard(trainer, "train")
+            self._guard(trainer, "training_step")
+            self._trainer = weakref.ref(trainer)
         self._model = unwrap_model(model)
         self._optimizer = inner_optimizer(optimizer)
         self._scaler = getattr(optimizer, "scaler", None)  # accelerate's GradScaler under fp16, else None
@@ -155,6 +180,17 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Remove the hooks and close the monitor; write and close TensorBoard, save when ``save`` is set."""
+        self._release()
+        trainer = self._trainer() if self._trainer is not None else None
+        step = vars(trainer).get("training_step") if trainer is not None else None
+        if trainer is not None and getattr(step, "__gradviz_guard__", None) is not None:
+            del trainer.training_step  # the instance ends as it began (train's guard stays for the next run)
+        if self.save and state.is_world_process_zero:
+            self._save(args)
+
+    def _release(self) -> None:
+        """Remove every hook and close the monitor (its history stays readable): at the end of a run, also one
+        that failed."""
         self._close_hooks()
         if self.monitor is not None:
             self.monitor.close()
@@ -162,8 +198,28 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
             self._tb.write()
             self._tb.close()
             self._tb = None
-        if self.save and state.is_world_process_zero:
-            self._save(args)
+
+    def _guard(self, trainer: Any, name: str) -> None:
+        """Put a guard on ``trainer.<name>`` (an instance attribute): an exception passing through it releases
+        this callback's hooks and monitor first. Once per Trainer and name."""
+        current = vars(trainer).get(name)
+        if current is not None and getattr(current, "__gradviz_guard__", None) is not None:
+            return
+        original = getattr(trainer, name)
+        me = weakref.ref(self)
+
+        @functools.wraps(original)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            except BaseException:
+                cb = me()
+                if cb is not None:
+                    cb._release()
+                raise
+
+        guarded.__gradviz_guard__ = True  # type: ignore[attr-defined]
+        setattr(trainer, name, guarded)
 
     # -- recording ---------------------------------------------------------------------------------
     def _sync_now(self) -> bool:
@@ -267,6 +323,20 @@ class GradvizCallback(_TrainerCallback):  # type: ignore[misc]  # transformers i
                 opt.step()
 
         return doctor(step, model, opt)
+
+
+def _calling_trainer() -> Any:
+    """The ``transformers.Trainer`` whose event is being delivered: the ``self`` of the nearest calling frame
+    that is one (None when the event was called by hand)."""
+    from transformers import Trainer
+
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        me = frame.f_locals.get("self") if "self" in frame.f_code.co_varnames else None
+        if isinstance(me, Trainer):
+            return me
+        frame = frame.f_back
+    return None
 
 
 def _to_device(batch: Any, device: Any) -> Any:

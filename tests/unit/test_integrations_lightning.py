@@ -102,3 +102,37 @@ def test_every_counts_optimizer_steps_and_flags_a_cut_layer(tmp_path: Path) -> N
     kinds = {(f.kind, f.target) for _, f in cb.flags()}
     assert ("no-grad", "body.0") in kinds  # from the monitor (3 records in a row) and the first-step flow check
     assert not any(t.startswith("body.2") for _, t in kinds)
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
+def test_a_failed_fit_leaves_no_hook_and_no_live_monitor(tmp_path: Path, exc: type[BaseException]) -> None:
+    """The model raising (or the user interrupting) on the 3rd batch: Lightning calls ``on_exception``, never
+    ``on_train_end``; every hook goes and the monitor is closed, its history kept."""
+    import signal
+
+    torch.manual_seed(0)
+    module = Tiny()
+
+    def fail(m: nn.Module, args: Any) -> None:
+        if module.batches == 3:
+            raise exc("failed mid-fit")
+
+    module.body.register_forward_pre_hook(fail)
+    cb = GradvizCallback(every=1, save=False)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=5, accumulate_grad_batches=1, logger=False,
+                        callbacks=[cb], enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=str(tmp_path))
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        # Lightning turns an interrupt into a graceful shutdown and sys.exit(1)
+        with pytest.raises(SystemExit if exc is KeyboardInterrupt else exc):
+            trainer.fit(module, loader())
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # Lightning ignores SIGINT after an interrupt
+    assert all(not getattr(p, "_post_accumulate_grad_hooks", None) and not getattr(p, "_backward_hooks", None)
+               for p in module.parameters())
+    assert cb.monitor is not None and cb.monitor._closed and cb.monitor.steps

@@ -175,3 +175,53 @@ def test_reentrant_checkpointing_records_after_clipping_and_says_so(tmp_path: Pa
     totals = [float(row[torch.isfinite(row)].pow(2).sum().sqrt()) for row in cb.monitor.history("norm")]
     logged = [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e]
     assert all(g > 1e-2 for g in logged) and totals == pytest.approx([1e-3, 1e-3], rel=1e-3)
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
+def test_a_failed_run_leaves_no_hook_and_no_live_monitor(tmp_path: Path, exc: type[BaseException]) -> None:
+    """The Trainer has no exception event: a model raising on the 6th micro-batch (or the user interrupting
+    there) must still leave no hook on any parameter, a closed monitor, and the Trainer as it was."""
+    model = tiny_lora_gpt2()
+    calls = [0]
+
+    def fail(module: nn.Module, args: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 6:
+            raise exc("failed mid-run")
+
+    handle = model.register_forward_pre_hook(fail)
+    cb = GradvizCallback(every=1, save=False)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[], save_strategy="no", max_steps=3,
+        per_device_train_batch_size=2, gradient_accumulation_steps=GA, disable_tqdm=True, seed=0)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=dataset(), callbacks=[cb])
+    with pytest.raises(exc):
+        trainer.train()
+    handle.remove()
+    assert all(not getattr(p, "_post_accumulate_grad_hooks", None) and not getattr(p, "_backward_hooks", None)
+               for p in model.parameters())
+    assert cb.monitor is not None and cb.monitor._closed and cb.monitor.steps  # closed, history kept
+    assert cb._handles == []
+    # a callback added after the Trainer was made: guarded from on_train_begin on
+    calls[0] = -100
+    late = GradvizCallback(every=1, save=False)
+    trainer2 = transformers.Trainer(model=tiny_lora_gpt2(), args=args, train_dataset=dataset())
+    trainer2.add_callback(late)
+    boom = trainer2.model.register_forward_pre_hook(lambda m, a: (_ for _ in ()).throw(exc("late")))
+    with pytest.raises(exc):
+        trainer2.train()
+    boom.remove()
+    assert all(not getattr(p, "_post_accumulate_grad_hooks", None) and not getattr(p, "_backward_hooks", None)
+               for p in trainer2.model.parameters())
+    assert late.monitor is not None and late.monitor._closed
+
+
+def test_a_finished_run_leaves_the_trainer_instance_as_it_began(tmp_path: Path) -> None:
+    cb = GradvizCallback(every=1, save=False)
+    trainer = run(tmp_path, cb, max_steps=1)
+    assert "training_step" not in vars(trainer)
+    assert cb.monitor is not None and cb.monitor._closed
