@@ -13,8 +13,11 @@ Every writer of gradviz_nb (``save_html``/``export_html``, ``save_png``, ``save_
 
 Reading goes the other way round, in :func:`load_torch`: a file ``torch.save`` wrote is checked to be what
 it claims (a zip archive of stored, uncompressed records no larger than the file) before ``torch.load``
-(``weights_only``) reads it, so a crafted file cannot make it allocate more than the file holds, and any
-failure is one :class:`GradvizError`.
+(``weights_only``) reads it. ``torch.load`` allocates the records' bytes (so no more than the file holds) and
+builds each tensor as a view on them, with the shape and strides the file declares: a tensor declaring more
+elements than its bytes hold (an expanded zero tensor of 30M rows takes 4 bytes in the file) is refused
+before any reader makes a copy of it, and so is a file larger than :data:`LOAD_CAP_BYTES`. Any failure is
+one :class:`GradvizError`.
 
 Example::
 
@@ -117,6 +120,31 @@ def write_atomic(path: pathlib.Path, content: Content, who: str) -> pathlib.Path
     return path
 
 
+LOAD_CAP_BYTES = 2 * 1024**3
+"""The largest file :func:`load_torch` reads (2 GiB): a monitor history of a million steps of 1,000 layers
+takes a few hundred MB."""
+
+
+def _dense_tensors(obj: Any, not_it: str, depth: int = 0) -> None:
+    """Every tensor in ``obj`` (dicts, lists, tuples) holds the bytes of every element it declares."""
+    import torch
+
+    if depth > 32:
+        raise GradvizError(f"{not_it} (nested deeper than 32 levels).")
+    if isinstance(obj, torch.Tensor):
+        declared = obj.numel() * obj.element_size()
+        held = obj.untyped_storage().nbytes() if obj.layout == torch.strided else -1
+        if held < declared:
+            raise GradvizError(f"{not_it} (a tensor of shape {list(obj.shape)[:6]} declares {declared:,} bytes "
+                               f"but the file holds {max(held, 0):,} for it).")
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _dense_tensors(v, not_it, depth + 1)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            _dense_tensors(v, not_it, depth + 1)
+
+
 def load_torch(path: object, who: str, what: str) -> Any:
     """What ``torch.save`` wrote to ``path``, read with ``torch.load(weights_only=True)`` after checking the file.
 
@@ -136,12 +164,16 @@ def load_torch(path: object, who: str, what: str) -> Any:
     not_it = f"{who}: {str(file)!r} is not {what}"
     try:
         size = file.stat().st_size
+        if size > LOAD_CAP_BYTES:
+            raise GradvizError(f"{not_it} ({size:,} bytes, more than the {LOAD_CAP_BYTES:,} this reader takes).")
         with zipfile.ZipFile(file) as archive:
             records = archive.infolist()
         if any(r.compress_type != zipfile.ZIP_STORED for r in records) or \
                 sum(r.file_size for r in records) > size:
             raise GradvizError(f"{not_it} (its records are compressed or larger than the file).")
-        return torch.load(file, weights_only=True, map_location="cpu")
+        data = torch.load(file, weights_only=True, map_location="cpu")
+        _dense_tensors(data, not_it)  # views only so far: nothing was allocated by a declared shape
+        return data
     except GradvizError:
         raise
     except Exception as err:  # a foreign file can fail anywhere in the readers: zip, pickle, storage

@@ -60,6 +60,7 @@ SLOW_TESTS = {
     "test_checkpointing_nested.py::test_every_nesting_of_the_two_modes_as_pytorch_runs_it",  # HF GPT-2 re-runs
     "test_checkpointing_nested.py::test_verify_applies_the_inner_marks_and_agrees",  # 4 x 2 checkpointed re-runs
     "test_state_fingerprint.py::test_two_threads_leave_process_state_as_it_began",  # 2 threads: 10 s
+    "test_crafted_files.py::test_crafted_files_stay_under_100_mb_of_resident_memory",  # a fresh interpreter
 }
 
 
