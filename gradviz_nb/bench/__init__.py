@@ -106,10 +106,25 @@ def table(rows: Sequence[Row], reps: int, runs: int = 1) -> str:
     return "\n".join(lines)
 
 
+README_CAP_BYTES = 10 * 1024**2
+"""The largest file ``--readme`` reads (10 MiB; the README is about 30 kB)."""
+
+
 def _parts(path: str) -> tuple[str, str]:
-    """The file's text before and after its table markers; exits saying so when it has none."""
-    with open(path, encoding="utf-8") as f:
-        readme = f.read()
+    """The file's text before and after its table markers; exits with one sentence when it cannot be read
+    (missing, a directory, not UTF-8, too large) or has no markers."""
+    file = pathlib.Path(path)
+    if not file.is_file():
+        state = "is a directory" if file.is_dir() else "does not exist"
+        raise SystemExit(f"{path}: {state}; --readme takes a Markdown file with the costs markers")
+    if file.stat().st_size > README_CAP_BYTES:
+        raise SystemExit(f"{path}: larger than {README_CAP_BYTES:,} bytes; --readme takes a Markdown file")
+    try:
+        readme = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise SystemExit(f"{path}: not UTF-8 text (byte {err.start}); --readme takes a Markdown file") from None
+    except OSError as err:
+        raise SystemExit(f"{path}: cannot be read ({err.strerror}); --readme takes a Markdown file") from None
     head, sep, rest = readme.partition(START)
     _, sep2, tail = rest.partition(END)
     if not sep or not sep2:
@@ -148,6 +163,13 @@ def main(argv: Sequence[str] | None = None) -> str:
     ap.add_argument("--runs", type=int, default=0,
                     help=f"full runs, each ratio the median of theirs (default 1; with --readme {MIN_RUNS}, at least)")
     args = ap.parse_args(argv)
+    if args.reps < 0:
+        ap.error(f"--reps must be 1 or more (0: the default, 9; --quick 2); got {args.reps}")
+    if args.runs < 0:
+        ap.error(f"--runs must be 1 or more (0: the default); got {args.runs}")
+    if not any(args.only in m.name for m in models(args.quick)):
+        names = ", ".join(m.name for m in models(args.quick))
+        ap.error(f"--only {args.only!r} names no model (the models: {names}); nothing measured, no file written")
     for path in args.readme:
         _parts(path)  # before minutes of measuring: every file has its markers
     runs = args.runs or (MIN_RUNS if args.readme else 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,3 +53,35 @@ def test_the_repository_files_the_command_writes_have_their_markers() -> None:
         text = (ROOT / name).read_text(encoding="utf-8")
         assert text.count(START) == 1 and text.count(END) == 1 and text.index(START) < text.index(END), name
         assert f"--readme {name}" in START
+
+
+@pytest.mark.parametrize(("make", "says"), [
+    (lambda d: d, "is a directory"),
+    (lambda d: d / "missing.md", "does not exist"),
+    (lambda d: (d / "latin1.md").write_bytes(b"# Co\xfbts\n") and d / "latin1.md", "not UTF-8"),
+])
+def test_an_unreadable_readme_is_one_sentence_before_measuring(tmp_path: Path, make: Any, says: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import gradviz_nb.bench as bench
+
+    monkeypatch.setattr(bench, "fixed_costs", lambda *a, **k: pytest.fail("measured before checking the file"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--quick", "--readme", str(make(tmp_path))])
+    assert says in str(exit_.value) and "--readme" in str(exit_.value)
+
+
+@pytest.mark.parametrize("argv", [["--reps", "-3"], ["--only", "no-such-model"]])
+def test_bad_counts_and_an_only_naming_no_model_are_refused_and_write_nothing(
+        tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import gradviz_nb.bench as bench
+
+    readme = tmp_path / "README.md"
+    before = f"# x\n\n{START}\nthe old table\n{END}\n"
+    readme.write_text(before, encoding="utf-8")
+    monkeypatch.setattr(bench, "fixed_costs", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--quick", *argv, "--readme", str(readme)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert ("--reps must be 1 or more" in err) if argv[0] == "--reps" else ("names no model" in err)
+    assert readme.read_text(encoding="utf-8") == before
