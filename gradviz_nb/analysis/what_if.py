@@ -58,6 +58,11 @@ class WhatIf:
 
 def what_if(graph: nx.DiGraph, detach: Iterable[object] = (), freeze: Iterable[str] = ()) -> WhatIf:
     """Predict the effect of detaching tensors and freezing leaves; see :meth:`AutogradGraph.what_if`."""
+    for name, value, what in (("detach", detach, "node ids, (node id, output_nr) pairs or module paths"),
+                              ("freeze", freeze, "leaf names, leaf ids or module paths")):
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            raise GradvizError(f"what_if: {name} must be a list of {what}; got {value!r:.60} "
+                               f"({type(value).__name__}). Example: what_if({name}=[...]).")
     cut = sorted({t for item in detach for t in _outputs(graph, item)})
     frozen = sorted({leaf for item in freeze for leaf in _leaves(graph, item)})
     alive = surviving_nodes(graph, set(cut), set(frozen))

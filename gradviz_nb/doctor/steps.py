@@ -209,7 +209,9 @@ def _norm(t: torch.Tensor) -> float:
     t = _local(t).detach()
     if t.is_sparse:
         t = t.coalesce().values()
-    return float(t.float().norm()) if t.is_floating_point() or t.is_complex() else 0.0
+    if t.is_complex():
+        return float(t.abs().float().norm())  # .float() of a complex tensor would drop the imaginary part
+    return float(t.float().norm()) if t.is_floating_point() else 0.0
 
 
 def _fingerprint(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -219,7 +221,8 @@ def _fingerprint(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ..
         if isinstance(v, torch.Tensor) and v.device.type != "meta" and v.numel() <= 10_000_000 \
                 and not hasattr(v, "to_local"):
             with torch.no_grad():
-                d = v.detach().double()
+                d = v.detach()
+                d = torch.view_as_real(d.resolve_conj()).double() if d.is_complex() else d.double()  # both parts
                 out.append((tuple(v.shape), float(d.sum()), float(d.abs().sum())))
     return tuple(out)
 

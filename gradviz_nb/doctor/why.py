@@ -26,11 +26,14 @@ from gradviz_nb import schema
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import Kind
 from gradviz_nb.probes.causes import Cause, Lost, adapter_switch_reasons, events_from_ghosts, explain, grad_status
+from gradviz_nb.probes.owned import no_backward_inside
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace, typed_torch
 from gradviz_nb.tracing.capture import recent_evidence
+from gradviz_nb.tracing.compiled import unwrap_compiled
 from gradviz_nb.tracing.evidence import Evidence
 from gradviz_nb.tracing.ghosts import next_sequence_nr, user_line
+from gradviz_nb.validate import not_meta
 
 if TYPE_CHECKING:
     from gradviz_nb.doctor.why_prove import Proof
@@ -181,6 +184,11 @@ def why(source: Any, name: str, *, fn: Callable[[], Any] | None = None, capture:
         if fn is None:
             raise GradvizError("gv.why(model, name) needs fn=, a function returning the loss (it runs once, in "
                                "the sandbox); or pass the graph (gv.trace) or the Diagnosis (gv.doctor).")
+        not_meta("gv.why", source)
+        if unwrap_compiled(source) is not source:
+            raise GradvizError("gv.why(model, ...) re-runs fn under capture, which a torch.compile'd model skips: "
+                               "pass the model before torch.compile (its parameters are the same tensors), with "
+                               "an fn that calls it.")
         _known(name, [], source)
         return _observed(source, name, fn)
     if isinstance(source, torch.Tensor):
@@ -202,7 +210,8 @@ def _graph_params(graph: AutogradGraph) -> list[str]:
 
 
 def _known(name: str, known: list[str], model: nn.Module | None) -> None:
-    names = known + ([n for n, _ in model.named_parameters(remove_duplicate=False)] if model else [])
+    of_model = [n for n, _ in model.named_parameters(remove_duplicate=False)] if model else []
+    names = list(dict.fromkeys(known + of_model))
     if name in names:
         return
     import difflib
@@ -232,6 +241,8 @@ def _from_diagnosis(dx: Any, name: str) -> Why:
     if leaf is not None:
         return Why(name, "ok", None, "the doctor found nothing about it",
                    f"{name} is leaf {leaf} of the step's graph and was not flagged", "nothing to fix", leaf)
+    if dx.graph.nx.graph.get("modules"):  # the model's parameters are known: an unknown name is refused, not "ok"
+        _known(name, _graph_params(dx.graph), None)
     return Why(name, "ok", None, "the doctor found nothing about it", f"{name} is not in the step's graph and was "
                "not flagged (not a trainable parameter of the model the doctor watched?)", "nothing to fix")
 
@@ -295,7 +306,7 @@ def _observed(model: nn.Module, name: str, fn: Callable[[], Any]) -> Why:
     with sandbox(model):
         for q in model.parameters():
             q.grad = None
-        with capture(model) as cap, _Lines() as seen:
+        with capture(model) as cap, _Lines() as seen, no_backward_inside("gv.why"):
             loss = fn()
         if not isinstance(loss, torch.Tensor):
             raise GradvizError(f"fn must return the loss tensor, got {type(loss).__name__}.")

@@ -42,12 +42,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+import torch
 import torch.nn.modules.module as module_globals
 import torch.optim.optimizer as optimizer_globals
 from torch.utils.hooks import RemovableHandle
 
 __all__ = ["GLOBAL_MODULE_HOOKS", "GLOBAL_OPTIMIZER_HOOKS", "Journal", "for_this_thread", "in_this_thread",
-           "install", "is_dispatcher"]
+           "install", "is_dispatcher", "no_backward_inside"]
 
 GLOBAL_MODULE_HOOKS = (
     "_global_forward_hooks", "_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called",
@@ -219,10 +220,10 @@ class _Dispatcher:
         self.owner, self.name = owner, name
         self.own = vars(owner).get(name, _MISSING)  # what the owner's own dict held: put back at the end
         self.raw = _raw(owner, name)
-        original = self.raw.__func__ if isinstance(self.raw, staticmethod) else getattr(owner, name)
-        if isinstance(self.raw, classmethod):
-            raise TypeError("for_this_thread cannot replace a classmethod")
-        self.original = original
+        # a staticmethod's or classmethod's function (a classmethod's takes the class its call was made on, so
+        # a subclass's call still runs as the subclass); a method or module function as it is
+        raw = self.raw
+        self.original = raw.__func__ if isinstance(raw, staticmethod | classmethod) else getattr(owner, name)
         self.users = 0
         self.local = threading.local()  # .stack: this thread's replacements, innermost last
         dispatcher = self
@@ -236,7 +237,7 @@ class _Dispatcher:
         self.function = dispatch
         for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
             with suppress(AttributeError, TypeError):
-                setattr(dispatch, attr, getattr(original, attr))
+                setattr(dispatch, attr, getattr(self.original, attr))
         dispatch.__gradviz_dispatcher__ = self  # type: ignore[attr-defined]
 
     def call(self, level: int, args: Any, kwargs: Any) -> Any:
@@ -247,8 +248,11 @@ class _Dispatcher:
 
     def value(self) -> Any:
         """The object to set on the owner: a plain function for a module; for a class, wrapped like the
-        original (a ``staticmethod`` stays one; a method gets ``self`` as its first argument)."""
-        return staticmethod(self.function) if isinstance(self.raw, staticmethod) else self.function
+        original (a ``staticmethod`` or ``classmethod`` stays one; a method gets ``self`` first, a classmethod
+        the class)."""
+        if isinstance(self.raw, staticmethod):
+            return staticmethod(self.function)
+        return classmethod(self.function) if isinstance(self.raw, classmethod) else self.function
 
 
 _dispatchers: dict[tuple[int, str], _Dispatcher] = {}
@@ -258,7 +262,7 @@ _dispatch_lock = threading.Lock()
 def is_dispatcher(value: Any) -> bool:
     """Whether ``value`` is a dispatcher :func:`for_this_thread` put on an attribute (it passes calls through
     for threads without a replacement)."""
-    inner = value.__func__ if isinstance(value, staticmethod) else value
+    inner = value.__func__ if isinstance(value, staticmethod | classmethod) else value
     return getattr(inner, "__gradviz_dispatcher__", None) is not None
 
 
@@ -300,6 +304,21 @@ def for_this_thread(owner: Any, name: str, replacement: Callable[..., Any]) -> I
                         delattr(owner, name)
                     else:
                         setattr(owner, name, d.own)
+
+
+@contextmanager
+def no_backward_inside(who: str) -> Iterator[None]:
+    """Refuse a backward (``loss.backward()``, ``torch.autograd.backward``) the user's function makes in this
+    thread: for a probe that runs the backward itself, a function that already did would make it run a second
+    time through freed buffers (a raw RuntimeError) or count gradients twice."""
+    from gradviz_nb.errors import GradvizError
+
+    def refuse(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        raise GradvizError(f"{who}: fn called backward() itself; return the loss without calling backward "
+                           f"(e.g. fn=lambda: loss_fn(model(x), y)): {who} runs the backward.")
+
+    with for_this_thread(torch.autograd, "backward", refuse):
+        yield
 
 
 install()

@@ -129,8 +129,15 @@ class Ghost:
 
 def has_grad_fn(t: torch.Tensor) -> bool:
     """``t.grad_fn is not None`` without reading ``grad_fn``: reading it gives the node a Python wrapper,
-    which makes freeing a deep graph recursive (see ``tracing/walk.py``); the forward hot path must not."""
-    return t.requires_grad and not t.is_leaf
+    which makes freeing a deep graph recursive (see ``tracing/walk.py``); the forward hot path must not.
+    A view made under no_grad whose base was then written with grad enabled (Adam on complex parameters
+    steps through ``view_as_real``) refuses to say: such a tensor is not in the graph."""
+    if not t.requires_grad:
+        return False
+    try:
+        return not t.is_leaf
+    except RuntimeError:
+        return False
 
 
 # torch's stubs do not list it; read from the module's namespace (a plain dict) instead of as an attribute

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import anywidget
 import torch
+from ipywidgets import Widget
 from torch import nn
 
 from gradviz_nb.analysis.checkpointing import CheckpointPlan
@@ -16,7 +17,7 @@ from gradviz_nb.analysis.what_if import WhatIf
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.probes.backward import BackwardRecording, Stop
 from gradviz_nb.probes.rerun import Rerunnable
-from gradviz_nb.tracing import Capture
+from gradviz_nb.tracing import AutogradGraph, Capture
 from gradviz_nb.validate import function, model_or_none, tensor_mapping
 from gradviz_nb.widgets.page.contract import Empty, PageReply, Traits
 from gradviz_nb.widgets.page.convert import recording as recording_page
@@ -152,8 +153,7 @@ class GraphWidget(anywidget.AnyWidget):
             )
         page_traits = {k: kwargs.pop(k) for k in list(kwargs) if k in Traits.__annotations__}
         built = build(roots, model, capture, names, lazy, height=height, **page_traits)
-        self.graph = built.graph
-        """AutogradGraph: the traced graph this widget shows."""
+        self._graph: AutogradGraph | None = built.graph
         self._rerun: Rerunnable | None = None
         self.lazy = built.lazy is not None
         """bool: True when the page gets a skeleton and loads each box's records when opened."""
@@ -171,7 +171,10 @@ class GraphWidget(anywidget.AnyWidget):
         Call ``close()`` when a view is done with, e.g. before making a new one in a loop. A closed
         widget cannot be shown again: build a new one."""
         self.on_msg(self._on_page_message, remove=True)
+        layout = self._trait_values.get("layout")
         super().close()
+        if isinstance(layout, Widget):
+            layout.close()  # a DOMWidget's own Layout is a widget too: registered until closed
         self._forget_file_watch()
         self.unobserve_all()
         with self.hold_trait_notifications():
@@ -180,7 +183,15 @@ class GraphWidget(anywidget.AnyWidget):
         self._lazy_graph = None
         self._why_source = None
         self._rerun = None
-        self.__dict__.pop("graph", None)
+        self._graph = None
+
+    @property
+    def graph(self) -> AutogradGraph:
+        """AutogradGraph: the traced graph this widget shows (a closed widget has none: it raises)."""
+        if self._graph is None:
+            raise GradvizError("this GraphWidget was closed (w.close() released its graph); build a new one: "
+                               "gv.GraphWidget(loss).")
+        return self._graph
 
     def _forget_file_watch(self) -> None:
         """anywidget connects every instance to its class's ``_esm`` file (hot reload: a new bundle reaches
@@ -350,4 +361,4 @@ class GraphWidget(anywidget.AnyWidget):
     def __repr__(self) -> str:
         if "graph" not in self.__dict__:
             return "<GraphWidget: closed>"
-        return f"<GraphWidget: {self.graph!r}>"
+        return f"<GraphWidget: {self._graph!r}>" if self._graph is not None else "<GraphWidget: closed>"

@@ -87,18 +87,23 @@ class GradientFlow:
         return [m for m in self.modules if m.path in owners]
 
     def param(self, name: str) -> ParamStats:
-        """The statistics of parameter ``name`` (any of its names, for a tied weight); KeyError when there is none."""
+        """The statistics of parameter ``name`` (any of its names, for a tied weight); a GradvizError naming
+        close matches when there is none."""
         for p in self.params:
             if name in p.names:
                 return p
-        raise KeyError(f"no parameter named {name!r}")
+        known = [n for p in self.params for n in p.names]
+        raise GradvizError(f"flow.param: no parameter named {name!r}{_close(name, known)}; the names are "
+                           "model.named_parameters()'s.")
 
     def module(self, path: str) -> ModuleStats:
-        """The statistics of the module at ``path``; KeyError when it holds no parameters."""
+        """The statistics of the module at ``path`` (``""``: the whole model); a GradvizError when it holds no
+        parameters."""
         for m in self.modules:
             if m.path == path:
                 return m
-        raise KeyError(f"no module with parameters at path {path!r}")
+        raise GradvizError(f"flow.module: no module with parameters at path {path!r}"
+                           f"{_close(path, [m.path for m in self.modules])}; paths are model.named_modules()'s.")
 
     def flags_for(self, path: str) -> list[Flag]:
         """Flags on ``path`` itself, on anything under it, or naming one of its parameters."""
@@ -251,3 +256,10 @@ def _check_flow_args(grads: object, graph: object, capture: object, lr: object, 
     text_list("adapter_patterns", adapter_patterns, what="path components, e.g. ('lora_A', 'lora_B')")
     if optimizer is not None:
         instance("optimizer", optimizer, torch.optim.Optimizer, "a torch.optim.Optimizer or None")
+
+
+def _close(name: object, known: list[str]) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(str(name), known, n=3) if isinstance(name, str) else []
+    return f" (did you mean {', '.join(map(repr, near))}?)" if near else ""

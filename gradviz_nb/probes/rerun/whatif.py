@@ -21,6 +21,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.owned import no_backward_inside
 from gradviz_nb.probes.sandbox import sandbox
 from gradviz_nb.tracing import AutogradGraph, capture, trace, typed_torch
 
@@ -132,7 +133,8 @@ class Rerunnable:
         self.checkpointed = {t for t, kj in produced.items() if kj[0] in numbering.checkpointed}
 
     def _call(self) -> torch.Tensor:
-        loss = self.fn()
+        with no_backward_inside("GraphWidget.from_fn"):
+            loss = self.fn()
         if not isinstance(loss, torch.Tensor):
             raise GradvizError(f"from_fn: the function must return the loss tensor, got {type(loss).__name__}.")
         return loss
