@@ -138,3 +138,11 @@ def test_doctor_on_a_complex_model_with_adam() -> None:
         warnings.simplefilter("error", UserWarning)  # no complex value cast to real on the way
         dx = gv.doctor(step, c, opt)
     assert dx.steps >= 1
+
+
+def test_explain_without_a_step_says_what_it_takes() -> None:
+    m = _mlp()
+    rec = gv.record_backward(m(torch.randn(2, 3)).sum(), model=m)
+    with pytest.raises(gv.GradvizError, match="must be one of this recording's steps"):
+        rec.explain(None)  # type: ignore[arg-type]
+    assert isinstance(rec.explain(rec.steps[0]), list)

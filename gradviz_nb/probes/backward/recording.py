@@ -151,6 +151,9 @@ class BackwardRecording:
 
     def explain(self, step: Step) -> list[str]:
         """The local derivative rule of ``step``'s op with PyTorch's numbers plugged in."""
+        if not isinstance(step, Step):
+            raise GradvizError(f"explain(step): step must be one of this recording's steps (rec.steps[i], "
+                               f"rec.first_nonfinite, rec.find(...).step); got {type(step).__name__}.")
         g = self.graph.nx
         inputs: list[list[float] | None] = []
         for u, _, slots in sorted(g.in_edges(step.node, data="slots"), key=lambda e: min(s[1] for s in e[2])):
