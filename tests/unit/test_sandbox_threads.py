@@ -5,6 +5,7 @@ Each test orders two threads with events, so the interleaving that used to break
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -196,3 +197,73 @@ def test_for_this_thread_is_invisible_to_other_threads() -> None:
     assert vars(torch.optim.SGD).get("zero_grad", None) is original
     assert "zero_grad" in vars(torch.optim.Optimizer) and not hasattr(
         vars(torch.optim.Optimizer)["zero_grad"], "__gradviz_dispatcher__")
+
+
+class _NoGradNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.enc, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            h = self.enc(x)
+        return self.head(h)
+
+
+def test_proving_a_no_grad_cause_leaves_other_threads_no_grad_alone() -> None:
+    """prove() runs this thread's no_grad blocks with grad enabled; a thread doing ``with torch.no_grad()``
+    beside it never sees grad enabled inside (it did in 46 of 95 blocks when the class was patched)."""
+    model, x = _NoGradNet(), torch.randn(3, 4)
+    stop, seen = threading.Event(), []
+
+    def other() -> None:
+        while not stop.is_set():
+            with torch.no_grad():
+                seen.append(torch.is_grad_enabled())
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often: the other thread runs while prove() does
+    t, errors = _in_thread(other)
+    try:
+        proofs = []
+        for _ in range(10):
+            w = gv.why(model, "enc.weight", fn=lambda: model(x).sum())
+            assert w.kind == "no-grad", w.text()
+            proofs.append(w.prove())
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(switch)
+    assert errors == [] and seen and not any(seen), f"{sum(seen)} of {len(seen)} blocks saw grad enabled"
+    assert all(p.proven for p in proofs)
+    assert "__enter__" in vars(torch.autograd.grad_mode.no_grad)
+
+
+def test_proving_a_reentrant_checkpoint_cause_leaves_the_class_dict_as_it_was() -> None:
+    from torch.utils.checkpoint import CheckpointFunction, checkpoint
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.emb = nn.Embedding(10, 4).requires_grad_(False)
+            self.inner, self.head = nn.Linear(4, 4), nn.Linear(4, 1)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(checkpoint(self.inner, self.emb(ids), use_reentrant=True))
+
+    class Sub(CheckpointFunction):
+        pass
+
+    model, ids = Block(), torch.randint(0, 10, (2, 3))
+    before = dict(vars(CheckpointFunction))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = gv.why(model, "inner.weight", fn=lambda: model(ids).sum())
+        assert w.kind == "reentrant-checkpoint", w.text()
+        assert w.prove().proven
+    assert dict(vars(CheckpointFunction)) == before and "apply" not in vars(Sub)
+    assert Sub.apply.__func__ is torch.autograd.Function.apply.__func__  # a subclass's apply is its own again
