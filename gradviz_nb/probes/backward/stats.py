@@ -41,6 +41,8 @@ _HALF = (torch.float16,)  # reduced in float32, which holds any float16 norm or 
 # Magnitudes whose squares (or sums) a dtype holds: outside them a norm in the dtype underflows to 0 or
 # overflows to inf (a float32 gradient of 1e-25 has norm 0.0, one of 1e25 norm inf), so the norm is taken
 # in float64 (float32 and bfloat16 values) or scaled by the max-abs (float64 values).
+# A sum of values up to the max-abs past half the dtype's largest value may overflow: taken wider then.
+_HALF_MAX = {d: torch.finfo(d).max / 2 for d in (torch.float32, torch.bfloat16, torch.float64)}
 _SAFE = {torch.float32: (2.0**-60, 2.0**60), torch.bfloat16: (2.0**-60, 2.0**60), torch.float64: (2.0**-500, 2.0**500)}
 
 
@@ -81,7 +83,7 @@ def reductions(stored: torch.Tensor) -> list[torch.Tensor]:
         norm = _scaled_norm(stored, torch.tensor(big, dtype=torch.float64))
     else:
         norm = torch.linalg.vector_norm(stored, dtype=torch.float64)
-    overflow = math.isfinite(big) and big * stored.numel() > torch.finfo(dtype).max / 2
+    overflow = math.isfinite(big) and big * stored.numel() > _HALF_MAX[dtype]
     total = stored.sum(dtype=torch.float64) if overflow and dtype != torch.float64 else stored.sum(dtype=wide)
     if overflow and dtype == torch.float64:
         total = (stored / big).sum() * big  # float64 holds the true sum only when it is finite: inf otherwise
