@@ -267,3 +267,29 @@ def test_proving_a_reentrant_checkpoint_cause_leaves_the_class_dict_as_it_was() 
         assert w.prove().proven
     assert dict(vars(CheckpointFunction)) == before and "apply" not in vars(Sub)
     assert Sub.apply.__func__ is torch.autograd.Function.apply.__func__  # a subclass's apply is its own again
+
+
+def test_per_thread_wrappers_ending_in_any_order_leave_the_entry_points_as_they_began() -> None:
+    """B follows nested backward calls (the recorder's wrapper), A wraps backward for a doctor; B enters first
+    and leaves first. A wrapper that saved and wrote back the function left B's wrapper installed for good."""
+    from gradviz_nb.probes.backward.nested import Nested
+
+    before = (torch.autograd.backward, torch.autograd.grad)
+    b_in, a_in, b_out = threading.Event(), threading.Event(), threading.Event()
+
+    def b() -> None:
+        with Nested(lambda roots, node: lambda: None):
+            b_in.set()
+            assert a_in.wait(30)
+        b_out.set()
+
+    t, errors = _in_thread(b)
+    assert b_in.wait(30)
+    with for_this_thread(torch.autograd, "backward", lambda original, *a, **k: original(*a, **k)):
+        a_in.set()
+        assert b_out.wait(30)
+        x = torch.ones(2, requires_grad=True)
+        (x * 2).sum().backward()  # through both layers, to PyTorch
+    t.join()
+    assert errors == [] and x.grad is not None and x.grad.tolist() == [2.0, 2.0]
+    assert (torch.autograd.backward, torch.autograd.grad) == before

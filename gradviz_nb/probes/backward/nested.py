@@ -7,17 +7,19 @@ recomputes its block in backward and runs ``torch.autograd.backward`` over the n
 active, ``torch.autograd.backward`` and ``torch.autograd.grad`` are wrapped, and a call made on the
 recording thread *inside a backward* (``torch._C._current_graph_task_id() != -1``) first hands its roots to
 ``on_nested``, which hooks the new nodes; the hooks come off when that call returns. Calls from other
-threads, and calls outside a backward, go straight to PyTorch's functions: the wrapper changes nothing for
-them. The originals are put back on exit (unless someone replaced the wrapper meanwhile: then theirs stays).
+threads, and calls outside a backward, go straight to PyTorch's functions (``probes.owned.for_this_thread``):
+the wrapper changes nothing for them, and the functions end as they began.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
+
+from gradviz_nb.probes.owned import for_this_thread
 
 __all__ = ["Nested", "roots_of"]
 
@@ -36,13 +38,11 @@ class Nested:
 
     def __init__(self, on_nested: Callable[[list[torch.Tensor], Any], Callable[[], None]]) -> None:
         self.on_nested = on_nested
-        self.owner = threading.get_ident()
-        self._saved: tuple[Any, Any] | None = None
-        self._wrappers: tuple[Any, Any] | None = None
+        self._stack = ExitStack()
 
-    def _follow(self, original: Any) -> Any:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() != self.owner or torch._C._current_graph_task_id() == -1:
+    def _follow(self) -> Callable[..., Any]:
+        def replacement(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            if torch._C._current_graph_task_id() == -1:
                 return original(*args, **kwargs)
             first = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
             roots = roots_of(first)
@@ -57,20 +57,15 @@ class Nested:
             finally:
                 if undo is not None:
                     undo()
-        vars(wrapped)["__wrapped__"] = original  # what inspect.unwrap follows
-        wrapped.__doc__ = original.__doc__
-        return wrapped
+        return replacement
 
     def __enter__(self) -> Nested:
-        backward, grad = torch.autograd.backward, torch.autograd.grad
-        self._saved = (backward, grad)
-        self._wrappers = (self._follow(backward), self._follow(grad))
-        torch.autograd.backward, torch.autograd.grad = self._wrappers
+        # for the recording thread only (probes/owned.py): other threads' calls never reach the replacement, and
+        # the functions end as they began whatever order threads enter and leave in
+        self._stack = ExitStack()
+        self._stack.enter_context(for_this_thread(torch.autograd, "backward", self._follow()))
+        self._stack.enter_context(for_this_thread(torch.autograd, "grad", self._follow()))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self._saved is not None and self._wrappers is not None
-        if torch.autograd.backward is self._wrappers[0]:
-            torch.autograd.backward = self._saved[0]
-        if torch.autograd.grad is self._wrappers[1]:
-            torch.autograd.grad = self._saved[1]
+        self._stack.close()
