@@ -27,6 +27,7 @@ from gradviz_nb.doctor import Diagnosis
 from gradviz_nb.doctor.observe import Sightings, StepRecord, observing
 from gradviz_nb.doctor.registration import unregistered
 from gradviz_nb.doctor.run import diagnose, grad_norms, moved_in
+from gradviz_nb.probes.owned import for_this_thread
 
 __all__ = ["ScriptObserver", "find_model", "first_optimizer", "progress"]
 
@@ -56,10 +57,9 @@ def first_optimizer(created: Callable[[torch.optim.Optimizer, nn.Module], None],
     """While the block runs, ``created(opt, model)`` is called when the script builds its first optimizer (with
     the model found by :func:`find_model`), and ``stepped()`` each time that optimizer's ``step()`` returns.
     ``step`` is wrapped as a bound method on the instance, so an LR scheduler's own wrapper still works."""
-    original = torch.optim.Optimizer.__init__
     taken: list[torch.optim.Optimizer] = []
 
-    def init(opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+    def init(original: Callable[..., None], opt: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
         original(opt, *args, **kwargs)
         if taken:
             return
@@ -77,11 +77,9 @@ def first_optimizer(created: Callable[[torch.optim.Optimizer, nn.Module], None],
         opt.step = types.MethodType(step, opt)  # type: ignore[method-assign]
         created(opt, model)
 
-    torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign,assignment]
-    try:
+    # the script's thread only, and Optimizer's dict ends as it began (probes/owned.py)
+    with for_this_thread(torch.optim.Optimizer, "__init__", init):
         yield
-    finally:
-        torch.optim.Optimizer.__init__ = original  # type: ignore[method-assign]
 
 
 class ScriptObserver:
