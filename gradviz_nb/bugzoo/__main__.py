@@ -71,9 +71,19 @@ def mutants_line(path: Path | None = None) -> str:
         return "**Mutants: not run** (`python -m gradviz_nb.bugzoo.mutants --seed 0 --n 240 --save`)"
     r = json.loads(path.read_text(encoding="utf-8"))
     n, named = r["mutants"], r["named"]
+    halves = r.get("halves", {})
+    classes = {h: sum(1 for v in r.get("half_of", {}).values() if v == h) for h in halves}
+
+    def part(h: str, words: str) -> str:
+        ok, total = halves.get(h, (0, 0))
+        return f"{words} ({classes.get(h, 0)} classes) {ok}/{total} ({100 * ok / max(total, 1):.0f}%)"
+
+    split = ("; by half (classes split by a hash of their name before any rule was written for them, rules "
+             f"tuned on one half only): {part('original', 'the original families')}, "
+             f"{part('tuned', 'tuned half')}, **{part('held-out', 'held-out half')}**") if halves else ""
     return (f"**Mutants named: {named}/{n} ({100 * named / max(n, 1):.0f}%)**: bugs planted by "
-            f"{len(r['families'])} operator families at seeded random sites of {len(r['hosts'])} host models "
-            f"(seed {r['seed']}), each mutant's truth measured in PyTorch against its unmutated host; "
+            f"{len(r['families'])} mechanism classes at seeded random sites of {len(r['hosts'])} host models "
+            f"(seed {r['seed']}), each mutant's truth measured in PyTorch against its unmutated host{split}; "
             f"discarded: {r['discarded_no_effect']} drawn mutants with no effect, {r['discarded_loud']} whose step "
             "raises (a loud bug). "
             f"`python -m gradviz_nb.bugzoo.mutants --seed {r['seed']} --n {n} --save` rewrites these counts.")

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from gradviz_nb.bugzoo.mutants.family import Family
 from gradviz_nb.bugzoo.mutants.hosts import HOSTS
+from gradviz_nb.bugzoo.mutants.ops_arith import ARITH_FAMILIES
+from gradviz_nb.bugzoo.mutants.ops_cuts import CUT_FAMILIES
 from gradviz_nb.bugzoo.mutants.ops_forward import FORWARD_FAMILIES
 from gradviz_nb.bugzoo.mutants.ops_model import MODEL_FAMILIES
 from gradviz_nb.bugzoo.mutants.ops_step import STEP_FAMILIES
+from gradviz_nb.bugzoo.mutants.ops_values import VALUE_FAMILIES
 
 __all__ = ["FAMILIES", "HOSTS", "Family"]
 
-FAMILIES: dict[str, Family] = {f.name: f for f in [*FORWARD_FAMILIES, *MODEL_FAMILIES, *STEP_FAMILIES]}
+FAMILIES: dict[str, Family] = {f.name: f for f in [*FORWARD_FAMILIES, *MODEL_FAMILIES, *STEP_FAMILIES, *CUT_FAMILIES,
+                                                   *ARITH_FAMILIES, *VALUE_FAMILIES]}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gradviz_nb.bugzoo.mutants import FAMILIES, HOSTS
 from gradviz_nb.bugzoo.mutants.runner import Result, Run, run
+from gradviz_nb.bugzoo.mutants.split import half
 
 __all__ = ["main", "report"]
 
@@ -43,7 +44,8 @@ def report(result: Run, args: str) -> str:
              f"**Named {result.named}/{n} ({100 * result.named / max(n, 1):.1f}%)**; discarded: "
              f"{len(result.no_effect)} with no effect in PyTorch, {len(result.loud)} whose step raises; "
              f"{result.no_site} draws had no site; {result.seconds:.0f} s.", ""]
-    lines += [*_table("family", result.tally(lambda r: r.family)), ""]
+    lines += [*_table("half", result.tally(lambda r: half(r.family))), ""]
+    lines += [*_table("family", result.tally(lambda r: f"{r.family} ({half(r.family)})")), ""]
     lines += [*_table("host", result.tally(lambda r: r.host)), "", "## Misses", ""]
     for r in result.results:
         if r.score.named:

@@ -25,15 +25,26 @@ __all__ = ["Plan", "Recipe", "Setup", "Site", "build", "patch_forward", "probe_s
 class Recipe:
     """The step's arithmetic. ``micro``: micro-batches accumulated per step (each loss divided by
     ``micro`` when ``divide``); ``zero_grad``: where ``optimizer.zero_grad()`` sits; ``weight_decay``: an
-    L2 term added to the loss; ``detach_pred``: the prediction is detached before the loss."""
+    L2 term added to the loss; ``detach_pred``: the prediction is detached before the loss; ``zero_grad="each"``:
+    inside the accumulation loop, before every micro-batch's backward; ``loss_weight``: the loss is multiplied
+    by it; ``scaler``: a ``GradScaler`` scales the loss and steps (``unscale``: ``scaler.unscale_`` before
+    ``between``; ``bypass_scaler``: ``optimizer.step()`` instead of ``scaler.step``); ``between``: edits run
+    after the last backward and before ``step()`` (clipping, say);
+    ``around_step``: a context manager around ``optimizer.step()`` (what the step sees of the learning rate)."""
 
     micro: int = 1
     divide: bool = True
     backward_twice: bool = False
-    zero_grad: Literal["before", "between", "never"] = "before"
+    zero_grad: Literal["before", "between", "never", "each"] = "before"
     weight_decay: float = 0.0
     detach_pred: bool = False
     forward_context: Callable[[], contextlib.AbstractContextManager[object]] | None = None
+    loss_weight: float | None = None
+    scaler: bool = False
+    unscale: bool = True
+    bypass_scaler: bool = False
+    between: list[Callable[[nn.Module], object]] = field(default_factory=list)
+    around_step: Callable[[torch.optim.Optimizer], contextlib.AbstractContextManager[object]] | None = None
 
 
 @dataclass
@@ -67,11 +78,15 @@ def build(plan: Plan) -> Setup:
     opt = host.make_optimizer(plan.params)
     second = torch.optim.SGD(plan.second, lr=0.01) if plan.second else None
     context = r.forward_context or contextlib.nullcontext
+    scaler = torch.amp.GradScaler("cpu") if r.scaler else None
+    around = r.around_step or (lambda _: contextlib.nullcontext())
 
     def step() -> None:
         if r.zero_grad == "before":
             opt.zero_grad()
         for x, y in _chunks(host.batch, r.micro):
+            if r.zero_grad == "each":
+                opt.zero_grad()
             with context():
                 pred = host.forward(model, x)
             if r.detach_pred:
@@ -81,12 +96,25 @@ def build(plan: Plan) -> Setup:
                 loss = loss + r.weight_decay * sum(p.pow(2).sum() for p in model.parameters() if p.requires_grad)
             if r.divide and r.micro > 1:
                 loss = loss / r.micro
+            if r.loss_weight is not None:
+                loss = loss * r.loss_weight
+            if scaler is not None:
+                loss = scaler.scale(loss)
             typed_torch.backward(loss, retain_graph=r.backward_twice)
             if r.backward_twice:
                 typed_torch.backward(loss)
         if r.zero_grad == "between":
             opt.zero_grad()
-        opt.step()
+        if scaler is not None and r.unscale:
+            scaler.unscale_(opt)
+        for edit in r.between:
+            edit(model)
+        with around(opt):
+            if scaler is not None and not r.bypass_scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
         if second is not None:
             second.step()
 

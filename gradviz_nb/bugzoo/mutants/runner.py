@@ -11,6 +11,7 @@ from random import Random
 
 from gradviz_nb.bugzoo.mutants import FAMILIES, HOSTS
 from gradviz_nb.bugzoo.mutants.score import Score, judge, run_doctor
+from gradviz_nb.bugzoo.mutants.split import half
 from gradviz_nb.bugzoo.mutants.truth import Truth, measure
 
 __all__ = ["RESULTS", "Result", "Run", "run"]
@@ -49,11 +50,14 @@ class Run:
         return sum(r.score.named for r in self.results)
 
     def summary(self) -> dict[str, object]:
-        """What the README block and the test compare: counts only."""
+        """What the README block and the test compare: counts only, per family, per host and per half
+        (:mod:`.split`: the original families, the tuned half and the held-out half of the later ones)."""
         return {"seed": self.seed, "mutants": len(self.results), "named": self.named,
                 "discarded_no_effect": len(self.no_effect), "discarded_loud": len(self.loud),
                 "families": {k: list(v) for k, v in self.tally(lambda r: r.family).items()},
-                "hosts": {k: list(v) for k, v in self.tally(lambda r: r.host).items()}}
+                "hosts": {k: list(v) for k, v in self.tally(lambda r: r.host).items()},
+                "halves": {k: list(v) for k, v in self.tally(lambda r: half(r.family)).items()},
+                "half_of": {k: half(k) for k in sorted({r.family for r in self.results})}}
 
     def save(self, path: Path = RESULTS) -> None:
         path.write_text(json.dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
