@@ -14,7 +14,7 @@ from gradviz_nb.bugzoo.case import Case, Outcome, flag_outcome
 __all__ = ["Case", "Outcome", "all_cases", "flag_outcome"]
 
 AREAS = ("flow", "monitor", "memory", "diff", "errors", "doctor", "steps", "gradcheck", "nonfinite", "healthy",
-         "amp_compile", "causes", "measured")
+         "amp_compile", "causes", "measured", "used")
 
 
 def all_cases() -> list[Case]:

@@ -17,6 +17,12 @@ from functools import cached_property
 import torch
 from torch import nn
 
+from gradviz_nb.doctor.checks_grads import (
+    check_grad_edits,
+    check_loss_weight,
+    check_lr_zero,
+    check_zero_grad_in_accumulation,
+)
 from gradviz_nb.doctor.checks_steps import (
     check_double_backward,
     check_recreated,
@@ -24,6 +30,7 @@ from gradviz_nb.doctor.checks_steps import (
     check_unscaled_accumulation,
     check_zero_grad_before_step,
 )
+from gradviz_nb.doctor.checks_values import check_data_write, check_functions
 from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.nodes import call_node, cut_node, leaf_node
 from gradviz_nb.doctor.observe import Sightings, StepRecord
@@ -135,7 +142,8 @@ def optimizer_findings(records: list[StepRecord], model: nn.Module, optimizer: t
                                f"{kind} has {len(optimizer.param_groups)} param groups, none holding it; its value "
                                f"{'never changed' if n not in moved else 'changed'} during the steps",
                                fix_for("not-in-optimizer"), 1, node(n)))
-        elif all(lr == 0 for _, lr in held):
+        elif all(lr == 0 for _, lr in held) and not any(n in s.lr_all for r in records
+                                                         for s in r.events.optimizer_steps):  # else: lr-zero
             out.append(Finding("not-in-optimizer", n, f"its param group of {kind} has lr 0",
                                f"param group {held[0][0]} holds it with lr=0; its value never changed",
                                "give the group a learning rate (or freeze it on purpose: requires_grad_(False))",
@@ -165,10 +173,13 @@ def _frozen_findings(model: nn.Module, frozen: list[str], kind: str) -> list[Fin
 
 
 def stale_findings(records: list[StepRecord], model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                   not_in_optimizer: set[str]) -> list[Finding]:
+                   not_in_optimizer: set[str], others: list[torch.optim.Optimizer] | tuple[()] = ()
+                   ) -> list[Finding]:
     """``.grad`` still holding the previous step's gradient when the next backward added to it (parameters
     the optimizer does not hold are not blamed on a missing zero_grad: opt.zero_grad() cannot reach them)."""
     roles = optimizer_roles(optimizer) if optimizer is not None else None
+    if roles is not None:  # a parameter another optimizer the step used holds is that optimizer's to clear
+        roles = {**roles, **{id(p): [] for o in others for g in o.param_groups for p in g["params"]}}
     named = dict(model.named_parameters())
     for rec in records:
         stale = [n for n in rec.stale if (roles is None or id(named[n]) in roles) and n not in not_in_optimizer]
@@ -383,8 +394,9 @@ def check_optimizer(obs: Observed) -> list[Finding]:
 
 
 def check_stale(obs: Observed) -> list[Finding]:
-    """``stale-grad``: a ``.grad`` the next backward added onto without a zero_grad between."""
-    return stale_findings(obs.records, obs.model, obs.optimizer, obs.not_in_optimizer | obs.recreated)
+    """``stale-grad``: a ``.grad`` the next backward added onto without a zero_grad between (per parameter: any
+    optimizer the step used that holds it is the one to clear it)."""
+    return stale_findings(obs.records, obs.model, obs.optimizer, obs.not_in_optimizer | obs.recreated, obs.others)
 
 
 def check_spike(obs: Observed) -> list[Finding]:
@@ -405,5 +417,7 @@ def check_registration(obs: Observed) -> list[Finding]:
 
 CHECKS: tuple[Check, ...] = (check_inplace, check_flow, check_optimizer, check_stale, check_spike, check_mode,
                              check_registration, check_double_backward, check_unscaled_accumulation,
-                             check_two_optimizers, check_zero_grad_before_step, check_recreated, check_causes)
+                             check_two_optimizers, check_zero_grad_before_step, check_recreated, check_grad_edits,
+                             check_loss_weight, check_zero_grad_in_accumulation, check_lr_zero, check_data_write,
+                             check_functions, check_causes)
 """Every check the doctor runs, in order (findings are then sorted by the kinds' rank)."""

@@ -186,10 +186,11 @@ def check_zero_grad_before_step(obs: Observed) -> list[Finding]:
     """Gradients a backward of this step produced, gone (None or zero) when the optimizer stepped."""
     for rec in obs.records:
         ev = rec.events
+        edited = {n for e in ev.edits if e.after == 0 and "zero_grad" not in e.api for n in e.names}
         for step in ev.optimizer_steps:
-            if not step.zeroed:
+            names = sorted(set(step.zeroed) - edited)  # a recorded write's own check names what zeroed those
+            if not names:
                 continue
-            names = sorted(step.zeroed)
             fed = [b for b in ev.backwards if b.order < step.order and set(b.contrib) & set(names)]
             last = fed[-1] if fed else None
             zero = next((z for z in reversed(ev.zeros) if last is not None and last.order < z.order < step.order),

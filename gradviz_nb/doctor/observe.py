@@ -47,7 +47,8 @@ class StepRecord:
     training_at_backward: bool | None = None
     eval_at_backward: list[str] = field(default_factory=list)  # dropout / batch-norm modules in eval() then
     training_at_forward: bool | None = None
-    stale: dict[str, int] = field(default_factory=dict)  # parameter -> version its .grad still had
+    stale: dict[str, int] = field(default_factory=dict)  # parameter -> version its .grad still had when the
+    # first backward of this step that fed it ran (per parameter: another optimizer's backward does not count)
     moved: set[str] = field(default_factory=set)  # parameters whose value changed during the step
     error: BaseException | None = None
     grads_after: dict[str, tuple[weakref.ref[torch.Tensor], int]] = field(default_factory=dict)
@@ -118,17 +119,24 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
     def flow() -> GradientFlow:
         return gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
 
+    decided: set[str] = set()  # parameters a backward of this step has fed (their staleness is known)
+
     def on_backward(tensors: Any, run: Callable[[], None]) -> None:
         assert rec.cap is not None
         root = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
         with rec.cap.paused():
             _before_backward(root)
+            intact = _intact(decided)
             done = watch.before_backward(root)
         try:
             run()
         finally:
             with rec.cap.paused():
-                done(rec.graph if rec.backwards == 1 else None)
+                fed = done(rec.graph if rec.backwards == 1 else None).contrib
+                for n in set(fed) - decided:
+                    decided.add(n)
+                    if n in intact:
+                        rec.stale[n] = intact[n]
         with rec.cap.paused():
             rec.grads_after = _grad_marks(dict(model.named_parameters()))
             rec.flow = flow()
@@ -142,11 +150,16 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
         if isinstance(root, torch.Tensor) and root.grad_fn is not None:
             rec.loss = float(root.detach().float().sum()) if root.numel() else None
             rec.graph = trace(root, model=model, capture=rec.cap, names=seen.extra or None)
+
+    def _intact(decided: set[str]) -> dict[str, int]:
+        """Parameters whose .grad is still the tensor, at the version, the previous step's last backward left."""
         marks = previous.grads_after if previous is not None else {}
+        out = {}
         for n, (ref, version) in marks.items():
-            g = named[n].grad if n in named else None
+            g = named[n].grad if n in named and n not in decided else None
             if g is not None and ref() is g and g._version == version:
-                rec.stale[n] = version
+                out[n] = version
+        return out
 
     def before_optimizer_step(opt: Any, *_: Any) -> None:
         # The gradients as the optimizer will use them: accumulated, unscaled by a GradScaler, clipped; not

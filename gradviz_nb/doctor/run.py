@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.doctor.checks import CHECKS, Observed
+from gradviz_nb.doctor.checks_grads import explained_by_step
 from gradviz_nb.doctor.findings import Diagnosis, Finding
 from gradviz_nb.doctor.nan_origin import nan_origin
 from gradviz_nb.doctor.observe import Sightings, StepRecord, observe_step
@@ -167,4 +168,4 @@ def diagnose(records: list[StepRecord], model: nn.Module, optimizer: torch.optim
     observed = Observed(records, model, optimizer, seen)
     found = [finding for check in CHECKS for finding in check(observed)]
     unique = {(f.kind, f.target): f for f in found}
-    return sorted(unique.values(), key=lambda f: (rank(f.kind), f.step))
+    return sorted(explained_by_step(list(unique.values())), key=lambda f: (rank(f.kind), f.step))

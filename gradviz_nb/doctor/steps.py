@@ -36,6 +36,8 @@ from torch import nn
 from torch.optim.lr_scheduler import LRScheduler
 from torch.overrides import TorchFunctionMode
 
+from gradviz_nb.doctor.grad_edits import GradEdit, GradEdits
+from gradviz_nb.doctor.values_watch import DataWrite, FunctionCall, ValueWatch
 from gradviz_nb.probes.owned import for_this_thread, in_this_thread
 
 __all__ = ["Backward", "Foreign", "OptimizerStep", "SchedulerStep", "StepEvents", "StepWatch", "ZeroGrad",
@@ -75,6 +77,7 @@ class Backward:
     repeat_of: int | None = None
     contrib: dict[str, float] = field(default_factory=dict)
     amp: float = 1.0  # a GradScaler's scale on the loss, taken out of ``contrib``
+    cleared: frozenset[str] = frozenset()  # fed by an earlier backward not yet stepped, None or zero again here
 
 
 @dataclass
@@ -92,7 +95,8 @@ class OptimizerStep:
     change it made (norm and largest element), the learning rate, and ``rule``: for SGD without a momentum
     history the update norm its rule gives (``lr * |g + wd * p|``), for Adam-family optimizers on their first
     step the per-element bound (``lr``, plus AdamW's decay); NaN when the rule gives no such number.
-    ``zeroed``: tensors a backward of this step fed whose ``.grad`` was None or zero here (name -> how)."""
+    ``zeroed``: tensors a backward of this step fed whose ``.grad`` was None or zero here (name -> how).
+    ``lr_all``: the learning rate this step used for every tensor its groups hold, as it was at the step."""
 
     order: int
     label: str
@@ -105,6 +109,7 @@ class OptimizerStep:
     rule: dict[str, float] = field(default_factory=dict)
     rule_is_bound: bool = False
     zeroed: dict[str, str] = field(default_factory=dict)
+    lr_all: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -142,6 +147,9 @@ class StepEvents:
     foreign: list[Foreign] = field(default_factory=list)  # nn.Parameter leaves of the graph the model does not hold
     optimizers: dict[int, torch.optim.Optimizer] = field(default_factory=dict)
     labels: dict[int, str] = field(default_factory=dict)  # optimizer id -> label
+    edits: list[GradEdit] = field(default_factory=list)  # in-place writes into gradients after a backward
+    writes: list[DataWrite] = field(default_factory=list)  # parameters written through .data during a forward
+    calls: dict[type, FunctionCall] = field(default_factory=dict)  # custom autograd.Function classes called
 
 
 _DIV = {torch.Tensor.div, torch.Tensor.div_, torch.Tensor.true_divide, torch.div, torch.true_divide}
@@ -157,6 +165,9 @@ class _ScaleMode(TorchFunctionMode):
         super().__init__()
         self.seen: dict[int, tuple[weakref.ref[torch.Tensor], float, tuple[str, ...]]] = {}
         self.amp: dict[int, float] = {}  # product of tensor multipliers (a GradScaler's scale) on the way
+        self.edits = GradEdits()
+        self.values = ValueWatch()
+        self.order: Callable[[], int] = lambda: 0
 
     def amp_of(self, t: object) -> float:
         return self.amp.get(id(t), 1.0) if self.lookup(t) is not None else 1.0
@@ -166,7 +177,15 @@ class _ScaleMode(TorchFunctionMode):
         return (hit[1], hit[2]) if hit is not None and hit[0]() is t else None
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        hit = self.edits.hit(func, args)
+        before = GradEdits.norm(hit) if hit else 0.0
+        watching = self.values.in_forward
+        old = self.values.before(func, args) if watching else None
         out = func(*args, **(kwargs or {}))
+        if hit:
+            self.edits.record(self.order(), func, hit, before)
+        if watching:
+            self.values.after(func, args, out, old)
         if (func in _DIV or func in _MUL or func in _ADD) and isinstance(out, torch.Tensor) and len(args) == 2 \
                 and out.requires_grad and out.numel() == 1 and not torch.compiler.is_compiling():
             self._note(func, args, out)
@@ -189,7 +208,7 @@ class _ScaleMode(TorchFunctionMode):
         if number is None and isinstance(b, torch.Tensor) and b.numel() == 1 and not b.requires_grad \
                 and func in _DIV:
             number = float(b)  # a divisor held in a tensor
-        if number is None or number == 0:
+        if number is None or (number == 0 and func in _DIV):
             if isinstance(b, torch.Tensor) and not b.requires_grad:  # a GradScaler's scale: follow, not counted
                 self.seen[id(out)] = (weakref.ref(out), f0, lines)
                 self.amp[id(out)] = self.amp_of(a) * (float(b) if b.numel() == 1 and func in _MUL else 1.0)
@@ -250,6 +269,11 @@ class StepWatch:
         self._roots: list[weakref.ref[torch.Tensor]] = []
         self._pending: dict[int, list[tuple[str, torch.Tensor, torch.Tensor, dict[str, Any], bool]]] = {}
         self._depth = 0
+        self._fed: set[str] = set()  # tensors a backward fed that no optimizer has stepped since
+        self._scales.order = self._next
+        self.ev.edits = self._scales.edits.log
+        self.ev.writes = self._scales.values.writes
+        self.ev.calls = self._scales.values.calls
 
     def _next(self) -> int:
         self._order += 1
@@ -296,6 +320,8 @@ class StepWatch:
         """Call before the engine runs; the returned function, called after it (with the traced graph or
         None), makes the :class:`Backward` record."""
         self.check_recreated()
+        self._scales.values.in_forward = False
+        self._scales.values.aliases.clear()
         order = self._next()
         tensors = self.tensors()
         before = {n: t.grad.detach().clone() for n, t in tensors.items() if t.grad is not None}
@@ -311,6 +337,9 @@ class StepWatch:
             self._roots.append(weakref.ref(root))
         rec = Backward(order, len(self.ev.backwards), loss, *(scale or (1.0, ())), self.ev.forwards, self._batch,
                        repeat, amp=amp)
+        if self._fed:
+            with torch.no_grad():
+                rec.cleared = frozenset(n for n in self._fed if n not in before or not bool(before[n].any()))
 
         def after(graph: Any) -> Backward:
             for n, t in tensors.items():
@@ -325,6 +354,8 @@ class StepWatch:
             if graph is not None:
                 self._foreign(graph, {id(t) for t in tensors.values()})
             self.ev.backwards.append(rec)
+            self._fed |= set(rec.contrib)
+            self._scales.edits.track({n: t.grad for n, t in tensors.items() if t.grad is not None})
             return rec
 
         return after
@@ -353,6 +384,9 @@ class StepWatch:
         if not torch.compiler.is_compiling():
             self.ev.forwards += 1
             self._batch = _fingerprint(args, kwargs)
+            values = self._scales.values
+            values.params = {id(p): n for n, p in self.model.named_parameters()}
+            values.in_forward = True
 
     def _zero(self, owner: object) -> None:
         if isinstance(owner, torch.optim.Optimizer):
@@ -375,6 +409,7 @@ class StepWatch:
         for g in opt.param_groups:
             for p in g["params"]:
                 n = names.get(id(p), f"tensor {tuple(p.shape)}")
+                step.lr_all[n] = _lr(g)
                 norm = _norm(p.grad) if p.grad is not None else 0.0
                 if norm == 0:
                     if n in fed:
@@ -391,6 +426,8 @@ class StepWatch:
         step = next((s for s in reversed(self.ev.optimizer_steps) if s.key == id(opt)), None)
         if step is None:
             return
+        self._fed -= set(step.lr_all)
+        self._scales.edits.tracked = {}
         for n, p, before, group, fresh in self._pending.pop(id(opt), []):
             with torch.no_grad():
                 delta = _local(p.detach()) - _local(before)
@@ -438,6 +475,7 @@ class StepWatch:
             for cls in _scheduler_classes():
                 stack.enter_context(self._scheduler_patch(cls))
             stack.enter_context(self._scales)
+            stack.enter_context(self._scales.values.functions())
             yield self
 
     @contextmanager

@@ -44,6 +44,9 @@ def report(result: Run, args: str) -> str:
              f"**Named {result.named}/{n} ({100 * result.named / max(n, 1):.1f}%)**; discarded: "
              f"{len(result.no_effect)} with no effect in PyTorch, {len(result.loud)} whose step raises; "
              f"{result.no_site} draws had no site; {result.seconds:.0f} s.", ""]
+    if result.recipes:
+        lines += [f"Healthy recipes without a finding: {result.recipes['clean']}/{result.recipes['recipes']}; "
+                  f"with a false alarm: {', '.join(result.recipes['alarms']) or 'none'}.", ""]  # type: ignore[arg-type]
     lines += [*_table("half", result.tally(lambda r: half(r.family))), ""]
     lines += [*_table("family", result.tally(lambda r: f"{r.family} ({half(r.family)})")), ""]
     lines += [*_table("host", result.tally(lambda r: r.host)), "", "## Misses", ""]
@@ -76,12 +79,13 @@ def main(argv: list[str]) -> int:
         print(f"{'ok  ' if r.score.named else 'MISS'} #{r.index} {r.family} on {r.host}: {r.truth.site}",
               flush=True)
 
-    result = run(a.seed, a.n, a.family, a.host, progress)
+    full = a.family is None and a.host is None
+    result = run(a.seed, a.n, a.family, a.host, progress, recipes=full and a.save)
     text = report(result, " ".join(argv))
     print(text)
     if a.status is not None:
         a.status.write_text(text, encoding="utf-8")
-    if a.save and a.family is None and a.host is None:
+    if a.save and full:
         result.save()
     return 0 if result.named == len(result.results) else 1
 

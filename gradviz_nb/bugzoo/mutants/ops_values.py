@@ -36,11 +36,11 @@ def _function(name: str, backward: Callable[[Tensor, Tensor], Tensor]) -> type[t
     return type(name, (torch.autograd.Function,), {"forward": staticmethod(fwd), "backward": staticmethod(bwd)})
 
 
-_WRONG: dict[str, type[torch.autograd.Function]] = {
-    "Identity.apply(out), backward returns -grad": _function("NegatedIdentity", lambda x, g: -g),
-    "Identity.apply(out), backward returns 3 * grad": _function("TripledIdentity", lambda x, g: 3 * g),
+_WRONG: dict[str, type[torch.autograd.Function]] = {  # not a uniform factor: that is a reversal layer's design
     "Identity.apply(out), backward returns grad.flip(-1)": _function("FlippedIdentity", lambda x, g: g.flip(-1)),
     "Identity.apply(out), backward returns x * grad": _function("ChainIdentity", lambda x, g: x * g),
+    "Identity.apply(out), backward returns grad + x": _function("ShiftedIdentity", lambda x, g: g + x),
+    "Identity.apply(out), backward returns grad.roll(1, 0)": _function("RolledIdentity", lambda x, g: g.roll(1, 0)),
 }
 
 

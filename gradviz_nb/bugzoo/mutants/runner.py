@@ -37,6 +37,7 @@ class Run:
     loud: list[str] = field(default_factory=list)  # mutants whose step raises: discarded (not silent)
     no_site: int = 0
     seconds: float = 0.0
+    recipes: dict[str, object] = field(default_factory=dict)  # the healthy recipes: count, clean, alarms
 
     def tally(self, key: Callable[[Result], str]) -> dict[str, tuple[int, int]]:
         out: dict[str, tuple[int, int]] = {}
@@ -57,15 +58,17 @@ class Run:
                 "families": {k: list(v) for k, v in self.tally(lambda r: r.family).items()},
                 "hosts": {k: list(v) for k, v in self.tally(lambda r: r.host).items()},
                 "halves": {k: list(v) for k, v in self.tally(lambda r: half(r.family)).items()},
-                "half_of": {k: half(k) for k in sorted({r.family for r in self.results})}}
+                "half_of": {k: half(k) for k in sorted({r.family for r in self.results})},
+                **({"recipes": self.recipes} if self.recipes else {})}
 
     def save(self, path: Path = RESULTS) -> None:
         path.write_text(json.dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
 
 
 def run(seed: int, n: int, family: str | None = None, host: str | None = None,
-        progress: Callable[[Result], None] | None = None) -> Run:
-    """Draw mutants until ``n`` have an effect (at most ``4 n`` draws), each scored against the doctor."""
+        progress: Callable[[Result], None] | None = None, recipes: bool = False) -> Run:
+    """Draw mutants until ``n`` have an effect (at most ``4 n`` draws), each scored against the doctor;
+    ``recipes``: also run the healthy recipe zoo (every finding there is a false alarm)."""
     fams = [f for f in FAMILIES.values() if family in (None, f.name)]
     hosts = [h for h in HOSTS if host in (None, h)]
     out = Run(seed)
@@ -96,5 +99,11 @@ def run(seed: int, n: int, family: str | None = None, host: str | None = None,
             out.results.append(result)
             if progress is not None:
                 progress(result)
+    if recipes:
+        from gradviz_nb.bugzoo.recipes.run import run_recipes
+
+        done = run_recipes()
+        out.recipes = {"recipes": len(done), "clean": sum(r.clean for r in done),
+                       "alarms": sorted(r.name for r in done if not r.clean)}
     out.seconds = time.perf_counter() - t0
     return out
