@@ -1,4 +1,4 @@
-"""``python -m gradviz_nb.bugzoo.mutants --seed 0 --n 240 [--family F] [--host H] [--status PATH] [--save]``
+"""``python -m gradviz_nb.bugzoo.mutants --seed 0 --n 240 [--family F] [--host H] [--status PATH] [--save] [--jobs J]``
 
 Prints the score per family and per host, then every miss: the doctor's findings next to the truth.
 ``--status PATH`` writes the same as Markdown; ``--save`` (a full run only) writes ``results.json``,
@@ -73,6 +73,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--host", choices=sorted(HOSTS))
     p.add_argument("--status", type=Path, help="write the Markdown report here too")
     p.add_argument("--save", action="store_true", help="write results.json (full runs only)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (the result does not depend on it)")
     a = p.parse_args(argv)
 
     def progress(r: Result) -> None:
@@ -80,7 +81,7 @@ def main(argv: list[str]) -> int:
               flush=True)
 
     full = a.family is None and a.host is None
-    result = run(a.seed, a.n, a.family, a.host, progress, recipes=full and a.save)
+    result = run(a.seed, a.n, a.family, a.host, progress, recipes=full and a.save, jobs=a.jobs)
     text = report(result, " ".join(argv))
     print(text)
     if a.status is not None:

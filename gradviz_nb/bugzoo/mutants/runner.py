@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import multiprocessing
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from random import Random
+
+import torch
 
 from gradviz_nb.bugzoo.mutants import FAMILIES, HOSTS
 from gradviz_nb.bugzoo.mutants.score import Score, judge, run_doctor
@@ -65,40 +69,60 @@ class Run:
         path.write_text(json.dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
 
 
-def run(seed: int, n: int, family: str | None = None, host: str | None = None,
-        progress: Callable[[Result], None] | None = None, recipes: bool = False) -> Run:
-    """Draw mutants until ``n`` have an effect (at most ``4 n`` draws), each scored against the doctor;
-    ``recipes``: also run the healthy recipe zoo (every finding there is a false alarm)."""
+Draw = tuple[str, str, int, str, "Truth | None", "Score | None"]  # family, host, seed, label, truth, score
+
+
+def _draw(seed: int, i: int, family: str | None, host: str | None) -> Draw | None:
+    """Draw ``i`` of a run: its mutant, its truth, and the doctor's score when it has an effect."""
     fams = [f for f in FAMILIES.values() if family in (None, f.name)]
     hosts = [h for h in HOSTS if host in (None, h)]
+    rng = Random(seed * 1_000_003 + i)
+    fam = fams[i % len(fams)]
+    pool = [h for h in hosts if not fam.hosts or h in fam.hosts]
+    if not pool:
+        return None
+    host_name, mseed = rng.choice(pool), rng.randrange(2**31)
+    truth = measure(fam, host_name, mseed)
+    label = f"#{i} {fam.name} on {host_name} (seed {mseed})"
+    if truth is None or truth.error or not truth.affected:
+        return fam.name, host_name, mseed, label, truth, None
+    try:
+        score = judge(fam, truth, run_doctor(fam, host_name, mseed))
+    except Exception as err:  # the doctor crashing on a mutant is a miss, shown with its error
+        score = Score(False, sorted(truth.affected), [], f"doctor raised {type(err).__name__}: {err}")
+    return fam.name, host_name, mseed, label, truth, score
+
+
+def _draw_args(args: tuple[int, int, str | None, str | None]) -> Draw | None:
+    return _draw(*args)
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)  # workers share the cores: one thread each, no oversubscription
+
+
+def run(seed: int, n: int, family: str | None = None, host: str | None = None,
+        progress: Callable[[Result], None] | None = None, recipes: bool = False, jobs: int = 1) -> Run:
+    """Draw mutants until ``n`` have an effect (at most ``4 n`` draws), each scored against the doctor;
+    ``recipes``: also run the healthy recipe zoo (every finding there is a false alarm); ``jobs``: worker
+    processes (draws are independent, and taken in order, so the result does not depend on it)."""
     out = Run(seed)
     t0 = time.perf_counter()
-    for i in range(4 * n):
-        if len(out.results) >= n:
-            break
-        rng = Random(seed * 1_000_003 + i)
-        fam = fams[i % len(fams)]
-        pool = [h for h in hosts if not fam.hosts or h in fam.hosts]
-        if not pool:
-            continue
-        host_name, mseed = rng.choice(pool), rng.randrange(2**31)
-        truth = measure(fam, host_name, mseed)
-        label = f"#{i} {fam.name} on {host_name} (seed {mseed})"
-        if truth is None:
-            out.no_site += 1
-        elif truth.error:
-            out.loud.append(f"{label}: {truth.site}: {truth.error}")
-        elif not truth.affected:
-            out.no_effect.append(f"{label}: {truth.site}")
-        else:
-            try:
-                score = judge(fam, truth, run_doctor(fam, host_name, mseed))
-            except Exception as err:  # the doctor crashing on a mutant is a miss, shown with its error
-                score = Score(False, sorted(truth.affected), [], f"doctor raised {type(err).__name__}: {err}")
-            result = Result(i, fam.name, host_name, mseed, truth, score)
-            out.results.append(result)
-            if progress is not None:
-                progress(result)
+    todo = iter(range(4 * n))
+    pool = multiprocessing.get_context("spawn").Pool(jobs, _one_thread) if jobs > 1 else None
+    try:
+        while len(out.results) < n:
+            batch = [(seed, i, family, host) for i in itertools.islice(todo, max(1, 2 * jobs))]
+            if not batch:
+                break
+            drawn = pool.map(_draw_args, batch) if pool is not None else [_draw_args(b) for b in batch]
+            for (_, i, _, _), d in zip(batch, drawn, strict=True):
+                if len(out.results) >= n:
+                    break
+                _take(out, i, d, progress)
+    finally:
+        if pool is not None:
+            pool.close()
     if recipes:
         from gradviz_nb.bugzoo.recipes.run import run_recipes
 
@@ -107,3 +131,20 @@ def run(seed: int, n: int, family: str | None = None, host: str | None = None,
                        "alarms": sorted(r.name for r in done if not r.clean)}
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _take(out: Run, i: int, d: Draw | None, progress: Callable[[Result], None] | None) -> None:
+    if d is None:
+        return
+    fam, host_name, mseed, label, truth, score = d
+    if truth is None:
+        out.no_site += 1
+    elif truth.error:
+        out.loud.append(f"{label}: {truth.site}: {truth.error}")
+    elif score is None:
+        out.no_effect.append(f"{label}: {truth.site}")
+    else:
+        result = Result(i, fam, host_name, mseed, truth, score)
+        out.results.append(result)
+        if progress is not None:
+            progress(result)
