@@ -124,7 +124,8 @@ def _gone_findings(rec: StepRecord, step: OptimizerStep, edits: list[GradEdit], 
             f"{step.label}.step()", f"at step {rec.index}, between the last backward and {step.label}.step(), "
             f"{e.who} scaled {len(e.names)} gradients by {_g(e.factor)} (norm {_g(e.before)} -> {_g(e.after)}), "
             "so the step used none of what backward computed",
-            fix_for("clipped-away") if clip else f"remove the edit of .grad at {e.line or 'that line'} (or make it keep the gradient)",
+            fix_for("clipped-away") if clip
+            else f"remove the edit of .grad at {e.line or 'that line'} (or make it keep the gradient)",
             rec.index))
     return out
 
