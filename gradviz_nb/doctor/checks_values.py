@@ -10,7 +10,7 @@ numerical one), and is not reported.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import networkx as nx
 import torch
@@ -59,9 +59,11 @@ def function_factor(call: FunctionCall) -> tuple[bool, float | None, float]:
         return True, None, 0.0
     gen = torch.Generator().manual_seed(0)
 
+    apply = getattr(fn, "apply")  # noqa: B009  (a Function class, typed as a plain type here)
+
     def first(*xs: Any) -> torch.Tensor:
-        out = fn.apply(*xs)  # type: ignore[attr-defined]
-        return out[0] if isinstance(out, (tuple, list)) else out  # type: ignore[no-any-return]
+        out = apply(*xs)
+        return cast(torch.Tensor, out[0] if isinstance(out, (tuple, list)) else out)
 
     y = first(*args)
     v = torch.randn(y.shape, generator=gen, dtype=y.dtype)

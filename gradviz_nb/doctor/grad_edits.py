@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ def caller_api() -> tuple[str, str]:
     """``(file.py:LINE, api)``: the user's line, and the qualified name of the outermost public torch function
     it called on the way here (``clip_grad_norm_``, ``GradScaler.unscale_``); ``""`` when the user's code
     made the op itself."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     api = ""
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
@@ -39,7 +40,7 @@ def caller_api() -> tuple[str, str]:
                 api = name
         elif not ours:
             return f"{os.path.basename(path)}:{frame.f_lineno}", api
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return "", api
 
 
@@ -59,10 +60,12 @@ class GradEdit:
 
     @property
     def factor(self) -> float:
+        """Norm after over norm before (1.0 when both are zero)."""
         return self.after / self.before if self.before > 0 else (1.0 if self.after == 0 else float("inf"))
 
     @property
     def who(self) -> str:
+        """What made the write and where, for a finding's text."""
         return f"{self.api or self.op}{f' at {self.line}' if self.line else ''}"
 
 
@@ -94,6 +97,7 @@ class GradEdits:
         self.log: list[GradEdit] = []
 
     def track(self, grads: dict[str, torch.Tensor]) -> None:
+        """Follow these gradient tensors (by name) from now on."""
         self.tracked = {id(g): n for n, g in grads.items()}
 
     def hit(self, func: Any, args: Any) -> list[torch.Tensor] | None:
@@ -108,6 +112,7 @@ class GradEdits:
         return None
 
     def record(self, order: int, func: Any, ts: list[torch.Tensor], before: float) -> None:
+        """After an in-place op on tracked gradients: keep it when their norm changed."""
         after = _total(ts)
         if after == before:
             return
@@ -117,4 +122,5 @@ class GradEdits:
 
     @staticmethod
     def norm(ts: list[torch.Tensor]) -> float:
+        """The float64 norm of these tensors together."""
         return _total(ts)

@@ -65,6 +65,9 @@ def _user_defined(cls: type) -> bool:
 
 @dataclass
 class ValueWatch:
+    """The parameters by id, whether a forward is running, the ``.data`` aliases it handed out, and what was
+    seen: :class:`DataWrite` records and the first :class:`FunctionCall` of each Function class."""
+
     params: dict[int, str] = field(default_factory=dict)
     in_forward: bool = False
     aliases: dict[int, tuple[weakref.ref[torch.Tensor], str]] = field(default_factory=dict)
@@ -87,6 +90,7 @@ class ValueWatch:
         return hit[1], args[0].detach().clone()
 
     def after(self, func: Any, args: Any, out: Any, before: tuple[str, torch.Tensor] | None) -> None:
+        """Called after every op: a write that changed values is kept; a parameter's ``.data`` read is followed."""
         if before is not None:
             name, old = before
             now = args[0].detach()
@@ -119,8 +123,9 @@ class ValueWatch:
                 watch.calls[cls] = FunctionCall(cls, inputs, line, seq)
             return out
 
-        fn_cls.apply = classmethod(apply)  # type: ignore[assignment,method-assign]
+        name = "apply"
+        setattr(fn_cls, name, classmethod(apply))
         try:
             yield
         finally:
-            fn_cls.apply = original  # type: ignore[method-assign]
+            setattr(fn_cls, name, original)

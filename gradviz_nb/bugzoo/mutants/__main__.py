@@ -45,8 +45,9 @@ def report(result: Run, args: str) -> str:
              f"{len(result.no_effect)} with no effect in PyTorch, {len(result.loud)} whose step raises; "
              f"{result.no_site} draws had no site; {result.seconds:.0f} s.", ""]
     if result.recipes:
+        alarms = ", ".join(map(str, result.recipes["alarms"])) if isinstance(result.recipes["alarms"], list) else ""
         lines += [f"Healthy recipes without a finding: {result.recipes['clean']}/{result.recipes['recipes']}; "
-                  f"with a false alarm: {', '.join(result.recipes['alarms']) or 'none'}.", ""]  # type: ignore[arg-type]
+                  f"with a false alarm: {alarms or 'none'}.", ""]
     lines += [*_table("half", result.tally(lambda r: half(r.family))), ""]
     lines += [*_table("family", result.tally(lambda r: f"{r.family} ({half(r.family)})")), ""]
     lines += [*_table("host", result.tally(lambda r: r.host)), "", "## Misses", ""]

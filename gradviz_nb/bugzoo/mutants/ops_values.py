@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from random import Random
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -47,8 +47,7 @@ _WRONG: dict[str, type[torch.autograd.Function]] = {  # not a uniform factor: th
 def _wrong_backward() -> dict[str, Callable[[Tensor], Tensor]]:
     def apply(fn: type[torch.autograd.Function]) -> Callable[[Tensor], Tensor]:
         def edit(t: Tensor) -> Tensor:
-            out: Tensor = fn.apply(t)  # type: ignore[no-untyped-call]
-            return out
+            return cast(Tensor, getattr(fn, "apply")(t))  # noqa: B009
         return edit
     return {k: apply(v) for k, v in _WRONG.items()}
 
@@ -60,12 +59,13 @@ def _data_write(plan: Plan, rng: Random, sites: list[Site]) -> str | None:
     if site is None:
         return None
     module = plan.model.get_submodule(site.path)
-    how, write = rng.choice([("weight.data.mul_(0.5)", lambda w: w.data.mul_(0.5)),
+    writes: list[tuple[str, Callable[[Tensor], object]]] = [("weight.data.mul_(0.5)", lambda w: w.data.mul_(0.5)),
                              ("weight.data.clamp_(-0.01, 0.01)", lambda w: w.data.clamp_(-0.01, 0.01)),
-                             ("weight.data.add_(0.05)", lambda w: w.data.add_(0.05))])
+                             ("weight.data.add_(0.05)", lambda w: w.data.add_(0.05))]
+    how, write = rng.choice(writes)
 
     def post(m: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-        write(m.weight)  # type: ignore[no-untyped-call]
+        write(cast(Tensor, m.weight))
     module.register_forward_hook(post)
     return f"{site.path}: forward hook runs {how} after the module's output is computed"
 

@@ -16,7 +16,7 @@ from gradviz_nb.bugzoo.recipes.kit import IN, Recipe, Run, batch, frozen_copy, m
 __all__ = ["ADVERSARIAL"]
 
 
-def gan() -> Run:
+def _gan() -> Run:
     model = nn.ModuleDict({"G": mlp(8, 32, IN), "D": mlp(IN, 32, 1)})
     opt_g = torch.optim.Adam(model["G"].parameters(), lr=2e-4, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(model["D"].parameters(), lr=2e-4, betas=(0.5, 0.999))
@@ -36,7 +36,7 @@ def gan() -> Run:
     return Run(model, opt_g, step)
 
 
-def wgan_gp() -> Run:
+def _wgan_gp() -> Run:
     model = nn.ModuleDict({"G": mlp(8, 32, IN), "D": mlp(IN, 32, 1)})
     opt_g = torch.optim.Adam(model["G"].parameters(), lr=1e-4, betas=(0.0, 0.9))
     opt_d = torch.optim.Adam(model["D"].parameters(), lr=1e-4, betas=(0.0, 0.9))
@@ -58,7 +58,7 @@ def wgan_gp() -> Run:
     return Run(model, opt_g, step)
 
 
-def fgsm_training() -> Run:
+def _fgsm_training() -> Run:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x, y = batch()
@@ -84,7 +84,7 @@ class _Reverse(torch.autograd.Function):
         return -ctx.lam * g, None
 
 
-def dann() -> Run:
+def _dann() -> Run:
     model = nn.ModuleDict({"feat": mlp(o=32), "label": nn.Linear(32, 4), "domain": mlp(32, 16, 2)})
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     (xs, ys), (xt, _) = batch(), batch()
@@ -100,7 +100,7 @@ def dann() -> Run:
     return Run(model, opt, step)
 
 
-def distillation() -> Run:
+def _distillation() -> Run:
     teacher = mlp(h=64, depth=3)
     teacher.eval()
     model = nn.ModuleDict({"student": mlp(h=16), "teacher": frozen_copy(teacher)})
@@ -118,7 +118,7 @@ def distillation() -> Run:
     return Run(model, opt, step)
 
 
-def fitnets() -> Run:
+def _fitnets() -> Run:
     teacher = mlp(o=32, h=64)
     model = nn.ModuleDict({"student": mlp(o=16, h=16), "regressor": nn.Linear(16, 32), "head": nn.Linear(16, 4),
                            "teacher": frozen_copy(teacher)})
@@ -145,7 +145,7 @@ def _returns(r: Tensor, gamma: float = 0.99) -> Tensor:
     return out
 
 
-def reinforce() -> Run:
+def _reinforce() -> Run:
     model = nn.ModuleDict({"policy": mlp(o=3), "baseline": mlp(o=1)})
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     states, rewards = torch.randn(12, IN), torch.randn(12)
@@ -163,7 +163,7 @@ def reinforce() -> Run:
     return Run(model, opt, step)
 
 
-def a2c() -> Run:
+def _a2c() -> Run:
     model = nn.ModuleDict({"trunk": mlp(o=32), "pi": nn.Linear(32, 3), "v": nn.Linear(32, 1)})
     opt = torch.optim.RMSprop(model.parameters(), lr=7e-4, alpha=0.99, eps=1e-5)
     states, next_states, rewards = torch.randn(12, IN), torch.randn(12, IN), torch.randn(12)
@@ -184,7 +184,7 @@ def a2c() -> Run:
     return Run(model, opt, step)
 
 
-def ppo() -> Run:
+def _ppo() -> Run:
     model = nn.ModuleDict({"pi": mlp(o=3), "v": mlp(o=1)})
     opt = torch.optim.Adam(model.parameters(), lr=3e-4, eps=1e-5)
     states, returns = torch.randn(16, IN), torch.randn(16)
@@ -207,7 +207,7 @@ def ppo() -> Run:
     return Run(model, opt, step)
 
 
-def dqn() -> Run:
+def _dqn() -> Run:
     q = mlp(o=3)
     model = nn.ModuleDict({"q": q, "target": frozen_copy(q)})
     opt = torch.optim.Adam(q.parameters(), lr=1e-3)
@@ -226,15 +226,15 @@ def dqn() -> Run:
 
 
 ADVERSARIAL = [
-    Recipe("gan", "Radford et al. 2016, DCGAN training loop (two optimizers, fake.detach() for D)", gan),
-    Recipe("wgan-gp", "Gulrajani et al. 2017, WGAN-GP (n_critic, gradient penalty, create_graph)", wgan_gp),
-    Recipe("fgsm-adversarial-training", "Goodfellow et al. 2015, adversarial training with FGSM", fgsm_training),
-    Recipe("dann", "Ganin & Lempitsky 2015, gradient reversal layer (DANN)", dann),
-    Recipe("knowledge-distillation", "Hinton et al. 2015, distillation with temperature", distillation),
-    Recipe("fitnets", "Romero et al. 2015, FitNets hint regression", fitnets),
+    Recipe("gan", "Radford et al. 2016, DCGAN training loop (two optimizers, fake.detach() for D)", _gan),
+    Recipe("wgan-gp", "Gulrajani et al. 2017, WGAN-GP (n_critic, gradient penalty, create_graph)", _wgan_gp),
+    Recipe("fgsm-adversarial-training", "Goodfellow et al. 2015, adversarial training with FGSM", _fgsm_training),
+    Recipe("dann", "Ganin & Lempitsky 2015, gradient reversal layer (DANN)", _dann),
+    Recipe("knowledge-distillation", "Hinton et al. 2015, distillation with temperature", _distillation),
+    Recipe("fitnets", "Romero et al. 2015, FitNets hint regression", _fitnets),
     Recipe("reinforce-baseline", "Williams 1992, REINFORCE with a learned baseline (detached advantage)",
-           reinforce),
-    Recipe("a2c", "Mnih et al. 2016 / Stable-Baselines3 A2C (shared trunk, bootstrapped target)", a2c),
-    Recipe("ppo", "Schulman et al. 2017 / CleanRL PPO clipped objective", ppo),
-    Recipe("dqn", "Mnih et al. 2015, DQN with a target network", dqn),
+           _reinforce),
+    Recipe("a2c", "Mnih et al. 2016 / Stable-Baselines3 A2C (shared trunk, bootstrapped target)", _a2c),
+    Recipe("ppo", "Schulman et al. 2017 / CleanRL PPO clipped objective", _ppo),
+    Recipe("dqn", "Mnih et al. 2015, DQN with a target network", _dqn),
 ]

@@ -29,7 +29,7 @@ class _VQVAE(nn.Module):
         return out
 
 
-def vqvae() -> Run:
+def _vqvae() -> Run:
     model = _VQVAE()
     opt = torch.optim.Adam(model.parameters(), lr=2e-4)
     x, _ = batch(32)
@@ -42,7 +42,7 @@ def vqvae() -> Run:
     return Run(model, opt, step)
 
 
-def gumbel() -> Run:
+def _gumbel() -> Run:
     model = nn.ModuleDict({"enc": mlp(o=10), "dec": mlp(10, 32, IN)})
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, _ = batch()
@@ -75,7 +75,7 @@ def _ddpm_loss(model: nn.Module, x0: Tensor, bars: Tensor) -> Tensor:
     return F.mse_loss(model(a.sqrt() * x0 + (1 - a).sqrt() * noise, t.float()), noise)
 
 
-def ddpm() -> Run:
+def _ddpm() -> Run:
     model = _Denoiser()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-4)
     x0, _ = batch(32)
@@ -89,7 +89,7 @@ def ddpm() -> Run:
     return Run(model, opt, step)
 
 
-def ddpm_ema() -> Run:
+def _ddpm_ema() -> Run:
     net = _Denoiser()
     ema = torch.optim.swa_utils.AveragedModel(net, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.999))
     model = nn.ModuleDict({"net": net, "ema": ema})
@@ -129,7 +129,7 @@ class _TopK(nn.Module):
         return y
 
 
-def moe() -> Run:
+def _moe() -> Run:
     model = _TopK()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = batch(32)
@@ -156,7 +156,7 @@ class _LowRank(nn.Module):
         return out
 
 
-def hand_lora() -> Run:
+def _hand_lora() -> Run:
     model = nn.Sequential(_LowRank(nn.Linear(IN, 32)), nn.ReLU(), _LowRank(nn.Linear(32, OUT)))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     x, y = batch()
@@ -184,7 +184,7 @@ class _Adapted(nn.Module):
         return out
 
 
-def bottleneck_adapter() -> Run:
+def _bottleneck_adapter() -> Run:
     model = nn.Sequential(_Adapted(nn.Sequential(nn.Linear(IN, 32), nn.ReLU()), 32), nn.Linear(32, OUT))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     x, y = batch()
@@ -210,7 +210,7 @@ class _Prompted(nn.Module):
         return out
 
 
-def prompt_tuning() -> Run:
+def _prompt_tuning() -> Run:
     model = _Prompted()
     opt = torch.optim.AdamW([model.prompt, *model.head.parameters()], lr=1e-3)
     ids, y = torch.randint(0, 40, (8, 6)), torch.randint(0, OUT, (8,))
@@ -222,7 +222,7 @@ def prompt_tuning() -> Run:
     return Run(model, opt, step)
 
 
-def bitfit() -> Run:
+def _bitfit() -> Run:
     model = mlp(depth=3)
     for n, p in model.named_parameters():
         p.requires_grad_(n.endswith("bias"))
@@ -237,15 +237,15 @@ def bitfit() -> Run:
 
 
 GENERATIVE = [
-    Recipe("vq-vae", "van den Oord et al. 2017, VQ-VAE (straight-through, codebook and commitment losses)", vqvae),
-    Recipe("gumbel-softmax", "Jang et al. 2017, straight-through Gumbel-softmax", gumbel),
-    Recipe("ddpm", "Ho et al. 2020, DDPM noise prediction (clip_grad_norm_ 1.0)", ddpm),
+    Recipe("vq-vae", "van den Oord et al. 2017, VQ-VAE (straight-through, codebook and commitment losses)", _vqvae),
+    Recipe("gumbel-softmax", "Jang et al. 2017, straight-through Gumbel-softmax", _gumbel),
+    Recipe("ddpm", "Ho et al. 2020, DDPM noise prediction (clip_grad_norm_ 1.0)", _ddpm),
     Recipe("ddpm-ema", "diffusers / Karras et al.: EMA of the weights (torch.optim.swa_utils.AveragedModel)",
-           ddpm_ema),
-    Recipe("top-k-moe", "Fedus et al. 2021 / GShard: top-2 routing with a load-balancing loss", moe),
-    Recipe("hand-written-lora", "Hu et al. 2021, LoRA written by hand (up-projection zero at init)", hand_lora),
+           _ddpm_ema),
+    Recipe("top-k-moe", "Fedus et al. 2021 / GShard: top-2 routing with a load-balancing loss", _moe),
+    Recipe("hand-written-lora", "Hu et al. 2021, LoRA written by hand (up-projection zero at init)", _hand_lora),
     Recipe("bottleneck-adapter", "Houlsby et al. 2019, adapters (zero-initialised up-projection)",
-           bottleneck_adapter),
-    Recipe("prompt-tuning", "Lester et al. 2021, prompt tuning (frozen backbone)", prompt_tuning),
-    Recipe("bitfit", "Ben Zaken et al. 2022, BitFit (biases only)", bitfit),
+           _bottleneck_adapter),
+    Recipe("prompt-tuning", "Lester et al. 2021, prompt tuning (frozen backbone)", _prompt_tuning),
+    Recipe("bitfit", "Ben Zaken et al. 2022, BitFit (biases only)", _bitfit),
 ]

@@ -24,6 +24,8 @@ IN, OUT = 16, 4
 
 @dataclass
 class Run:
+    """One built recipe: everything the step touches in ``model``, the main ``optimizer``, and ``step``."""
+
     model: nn.Module
     optimizer: torch.optim.Optimizer
     step: Callable[[], object]
@@ -40,6 +42,7 @@ class Recipe:
 
 
 def mlp(i: int = IN, h: int = 32, o: int = OUT, depth: int = 2) -> nn.Sequential:
+    """``depth`` Linear layers with ReLU between them: ``i`` -> ``h`` ... -> ``o``."""
     layers: list[nn.Module] = []
     for k in range(depth - 1):
         layers += [nn.Linear(i if k == 0 else h, h), nn.ReLU()]
@@ -48,6 +51,7 @@ def mlp(i: int = IN, h: int = 32, o: int = OUT, depth: int = 2) -> nn.Sequential
 
 
 def batch(n: int = 16, classes: int = OUT) -> tuple[Tensor, Tensor]:
+    """``n`` random inputs and class labels, from torch's global RNG."""
     return torch.randn(n, IN), torch.randint(0, classes, (n,))
 
 
@@ -60,9 +64,11 @@ def frozen_copy(m: nn.Module) -> nn.Module:
 
 @torch.no_grad()
 def ema_update(target: nn.Module, online: nn.Module, decay: float = 0.99) -> None:
+    """``target = decay * target + (1 - decay) * online``, parameter by parameter, outside autograd."""
     for t, o in zip(target.parameters(), online.parameters(), strict=True):
         t.mul_(decay).add_(o.detach(), alpha=1 - decay)
 
 
 def cosine_loss(p: Tensor, z: Tensor) -> Tensor:
+    """Minus the mean cosine similarity of ``p`` and ``z`` along the last axis."""
     return -F.cosine_similarity(p, z, dim=-1).mean()

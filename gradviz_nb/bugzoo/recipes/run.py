@@ -15,6 +15,8 @@ __all__ = ["RecipeResult", "run_recipe", "run_recipes"]
 
 @dataclass
 class RecipeResult:
+    """One recipe's run: every finding (each a false alarm), or the error that kept it from running."""
+
     name: str
     source: str
     findings: list[str] = field(default_factory=list)  # "[kind] target: message", each a false alarm
@@ -22,6 +24,7 @@ class RecipeResult:
 
     @property
     def clean(self) -> bool:
+        """No finding and no error."""
         return not self.findings and not self.error
 
 
@@ -42,4 +45,5 @@ def run_recipe(recipe: Recipe) -> RecipeResult:
 
 
 def run_recipes(names: list[str] | None = None) -> list[RecipeResult]:
+    """Every recipe (or those named), each under ``gv.doctor``."""
     return [run_recipe(RECIPES[n]) for n in (names or list(RECIPES))]

@@ -18,7 +18,7 @@ def _views() -> tuple[Tensor, Tensor]:
     return x + 0.1 * torch.randn_like(x), x + 0.1 * torch.randn_like(x)
 
 
-def simclr() -> Run:
+def _simclr() -> Run:
     model = nn.Sequential(mlp(o=32), nn.ReLU(), nn.Linear(32, 16))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     a, b = _views()
@@ -35,7 +35,7 @@ def simclr() -> Run:
     return Run(model, opt, step)
 
 
-def byol() -> Run:
+def _byol() -> Run:
     online = nn.ModuleDict({"enc": mlp(o=32), "proj": mlp(32, 32, 16), "pred": mlp(16, 32, 16)})
     target = nn.ModuleDict({"enc": frozen_copy(online["enc"]), "proj": frozen_copy(online["proj"])})
     model = nn.ModuleDict({"online": online, "target": target})
@@ -55,7 +55,7 @@ def byol() -> Run:
     return Run(model, opt, step)
 
 
-def simsiam() -> Run:
+def _simsiam() -> Run:
     model = nn.ModuleDict({"enc": mlp(o=32), "pred": mlp(32, 16, 32)})
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     a, b = _views()
@@ -70,7 +70,7 @@ def simsiam() -> Run:
     return Run(model, opt, step)
 
 
-def moco() -> Run:
+def _moco() -> Run:
     q_enc = mlp(o=16)
     model = nn.ModuleDict({"q": q_enc, "k": frozen_copy(q_enc)})
     model.register_buffer("queue", F.normalize(torch.randn(64, 16), dim=-1))
@@ -92,7 +92,7 @@ def moco() -> Run:
     return Run(model, opt, step)
 
 
-def dino() -> Run:
+def _dino() -> Run:
     student = nn.Sequential(mlp(o=32), nn.GELU(), nn.Linear(32, 24))
     model = nn.ModuleDict({"student": student, "teacher": frozen_copy(student)})
     model.register_buffer("center", torch.zeros(24))
@@ -114,7 +114,7 @@ def dino() -> Run:
     return Run(model, opt, step)
 
 
-def barlow_twins() -> Run:
+def _barlow_twins() -> Run:
     model = nn.Sequential(mlp(o=32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 16))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     a, b = _views()
@@ -131,7 +131,7 @@ def barlow_twins() -> Run:
     return Run(model, opt, step)
 
 
-def vicreg() -> Run:
+def _vicreg() -> Run:
     model = mlp(o=16, depth=3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     a, b = _views()
@@ -148,7 +148,7 @@ def vicreg() -> Run:
     return Run(model, opt, step)
 
 
-def online_probe() -> Run:
+def _online_probe() -> Run:
     model = nn.ModuleDict({"enc": mlp(o=32), "proj": mlp(32, 32, 16), "probe": nn.Linear(32, 4)})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     (a, b), (_, y) = _views(), batch()
@@ -177,7 +177,7 @@ class _MAE(nn.Module):
         return out
 
 
-def mae() -> Run:
+def _mae() -> Run:
     model = _MAE()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
     patches = torch.randn(4, 8, 4)
@@ -191,7 +191,7 @@ def mae() -> Run:
     return Run(model, opt, step)
 
 
-def clip() -> Run:
+def _clip() -> Run:
     model = nn.ModuleDict({"image": mlp(o=16), "text": nn.EmbeddingBag(50, 16)})
     model.register_parameter("logit_scale", nn.Parameter(torch.tensor(2.659)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -212,15 +212,15 @@ def clip() -> Run:
 
 
 SSL = [
-    Recipe("simclr", "Chen et al. 2020, SimCLR (NT-Xent)", simclr),
-    Recipe("byol", "Grill et al. 2020, BYOL (EMA target, predictor)", byol),
-    Recipe("simsiam", "Chen & He 2021, SimSiam (stop-gradient)", simsiam),
-    Recipe("moco-v2", "He et al. 2020, MoCo v2 (momentum key encoder, queue)", moco),
-    Recipe("dino", "Caron et al. 2021, DINO (EMA teacher, centering)", dino),
-    Recipe("barlow-twins", "Zbontar et al. 2021, Barlow Twins", barlow_twins),
-    Recipe("vicreg", "Bardes et al. 2022, VICReg", vicreg),
-    Recipe("online-linear-probe", "solo-learn / lightly: online probe on detached features", online_probe),
-    Recipe("mae", "He et al. 2022, masked autoencoder (mask token)", mae),
-    Recipe("clip", "Radford et al. 2021, CLIP (learnable temperature, clamped)", clip),
+    Recipe("simclr", "Chen et al. 2020, SimCLR (NT-Xent)", _simclr),
+    Recipe("byol", "Grill et al. 2020, BYOL (EMA target, predictor)", _byol),
+    Recipe("simsiam", "Chen & He 2021, SimSiam (stop-gradient)", _simsiam),
+    Recipe("moco-v2", "He et al. 2020, MoCo v2 (momentum key encoder, queue)", _moco),
+    Recipe("dino", "Caron et al. 2021, DINO (EMA teacher, centering)", _dino),
+    Recipe("barlow-twins", "Zbontar et al. 2021, Barlow Twins", _barlow_twins),
+    Recipe("vicreg", "Bardes et al. 2022, VICReg", _vicreg),
+    Recipe("online-linear-probe", "solo-learn / lightly: online probe on detached features", _online_probe),
+    Recipe("mae", "He et al. 2022, masked autoencoder (mask token)", _mae),
+    Recipe("clip", "Radford et al. 2021, CLIP (learnable temperature, clamped)", _clip),
 ]
 

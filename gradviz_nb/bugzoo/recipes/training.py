@@ -29,7 +29,7 @@ def _plain(model: nn.Module, opt: torch.optim.Optimizer, after: Any = None) -> R
     return Run(model, opt, step)
 
 
-def warmup_cosine() -> Run:
+def _warmup_cosine() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     warm, total = 2, 20
@@ -38,7 +38,7 @@ def warmup_cosine() -> Run:
     return _plain(model, opt, sched)
 
 
-def linear_warmup_sequential() -> Run:
+def _linear_warmup_sequential() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
     sched = torch.optim.lr_scheduler.SequentialLR(opt, [
@@ -47,19 +47,19 @@ def linear_warmup_sequential() -> Run:
     return _plain(model, opt, sched)
 
 
-def one_cycle() -> Run:
+def _one_cycle() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     return _plain(model, opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=20))
 
 
-def warm_restarts() -> Run:
+def _warm_restarts() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     return _plain(model, opt, torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2, eta_min=1e-4))
 
 
-def frozen_eval_backbone() -> Run:
+def _frozen_eval_backbone() -> Run:
     backbone = nn.Sequential(nn.Linear(IN, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 32))
     backbone.requires_grad_(False).eval()
     model = nn.ModuleDict({"backbone": backbone, "head": nn.Linear(32, OUT)})
@@ -75,7 +75,7 @@ def frozen_eval_backbone() -> Run:
     return Run(model, opt, step)
 
 
-def partial_freeze() -> Run:
+def _partial_freeze() -> Run:
     model = mlp(depth=4)
     model[0].requires_grad_(False)
     model[2].requires_grad_(False)
@@ -83,7 +83,7 @@ def partial_freeze() -> Run:
     return _plain(model, opt)
 
 
-def grad_scaler() -> Run:
+def _grad_scaler() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu")
@@ -101,7 +101,7 @@ def grad_scaler() -> Run:
     return Run(model, opt, step)
 
 
-def bf16_autocast() -> Run:
+def _bf16_autocast() -> Run:
     model = nn.Sequential(nn.Linear(IN, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, OUT))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = batch()
@@ -115,7 +115,7 @@ def bf16_autocast() -> Run:
     return Run(model, opt, step)
 
 
-def accumulation() -> Run:
+def _accumulation() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = batch(32)
@@ -129,7 +129,7 @@ def accumulation() -> Run:
     return Run(model, opt, step)
 
 
-def accumulation_scaled() -> Run:
+def _accumulation_scaled() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
@@ -146,7 +146,7 @@ def accumulation_scaled() -> Run:
     return Run(model, opt, step)
 
 
-def mean_teacher() -> Run:
+def _mean_teacher() -> Run:
     student = nn.Sequential(nn.Linear(IN, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, OUT))
     model = nn.ModuleDict({"student": student, "teacher": frozen_copy(student)})
     opt = torch.optim.Adam(student.parameters(), lr=1e-3)
@@ -163,7 +163,7 @@ def mean_teacher() -> Run:
     return Run(model, opt, step)
 
 
-def swa() -> Run:
+def _swa() -> Run:
     net = mlp(depth=3)
     avg = torch.optim.swa_utils.AveragedModel(net)
     model = nn.ModuleDict({"net": net, "swa": avg})
@@ -180,7 +180,7 @@ def swa() -> Run:
     return Run(model, opt, step)
 
 
-def gpt_weight_decay_groups() -> Run:
+def _gpt_weight_decay_groups() -> Run:
     model = nn.Sequential(nn.Embedding(50, 16), nn.LayerNorm(16), nn.Linear(16, 50))
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -197,7 +197,7 @@ def gpt_weight_decay_groups() -> Run:
     return Run(model, opt, step)
 
 
-def uncertainty_multitask() -> Run:
+def _uncertainty_multitask() -> Run:
     model = nn.ModuleDict({"trunk": mlp(o=32), "cls": nn.Linear(32, OUT), "reg": nn.Linear(32, 1)})
     model.register_parameter("log_vars", nn.Parameter(torch.zeros(2)))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -213,7 +213,7 @@ def uncertainty_multitask() -> Run:
     return Run(model, opt, step)
 
 
-def triplet() -> Run:
+def _triplet() -> Run:
     model = mlp(o=8)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     a, _ = batch()
@@ -226,7 +226,7 @@ def triplet() -> Run:
     return Run(model, opt, step)
 
 
-def r_drop() -> Run:
+def _r_drop() -> Run:
     model = nn.Sequential(nn.Linear(IN, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, OUT))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = batch()
@@ -241,7 +241,7 @@ def r_drop() -> Run:
     return Run(model, opt, step)
 
 
-def mixup() -> Run:
+def _mixup() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     x, y = batch()
@@ -256,7 +256,7 @@ def mixup() -> Run:
     return Run(model, opt, step)
 
 
-def plateau() -> Run:
+def _plateau() -> Run:
     model = mlp(depth=3)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1)
@@ -274,27 +274,27 @@ def plateau() -> Run:
 
 TRAINING = [
     Recipe("warmup-from-zero-cosine", "transformers get_cosine_schedule_with_warmup (LambdaLR from lr 0)",
-           warmup_cosine),
+           _warmup_cosine),
     Recipe("linear-warmup-sequential", "torch SequentialLR(LinearLR, CosineAnnealingLR), Nesterov SGD",
-           linear_warmup_sequential),
-    Recipe("one-cycle", "Smith & Topin 2019, OneCycleLR", one_cycle),
-    Recipe("warm-restarts", "Loshchilov & Hutter 2017, SGDR (CosineAnnealingWarmRestarts)", warm_restarts),
+           _linear_warmup_sequential),
+    Recipe("one-cycle", "Smith & Topin 2019, OneCycleLR", _one_cycle),
+    Recipe("warm-restarts", "Loshchilov & Hutter 2017, SGDR (CosineAnnealingWarmRestarts)", _warm_restarts),
     Recipe("frozen-eval-backbone", "torchvision fine-tuning: backbone frozen, in eval(), under no_grad",
-           frozen_eval_backbone),
-    Recipe("partial-freeze", "ULMFiT-style: lower layers frozen, left out of the optimizer", partial_freeze),
-    Recipe("grad-scaler-clip", "torch.amp recipe: scale, unscale_, clip_grad_norm_, scaler.step", grad_scaler),
-    Recipe("bf16-autocast", "torch.autocast(bfloat16) on CPU", bf16_autocast),
-    Recipe("accumulation", "gradient accumulation over 4 micro-batches, loss / 4, clip, step", accumulation),
+           _frozen_eval_backbone),
+    Recipe("partial-freeze", "ULMFiT-style: lower layers frozen, left out of the optimizer", _partial_freeze),
+    Recipe("grad-scaler-clip", "torch.amp recipe: scale, unscale_, clip_grad_norm_, scaler.step", _grad_scaler),
+    Recipe("bf16-autocast", "torch.autocast(bfloat16) on CPU", _bf16_autocast),
+    Recipe("accumulation", "gradient accumulation over 4 micro-batches, loss / 4, clip, step", _accumulation),
     Recipe("accumulation-scaled", "accumulation under a GradScaler (unscale_ once before clipping)",
-           accumulation_scaled),
-    Recipe("mean-teacher", "Tarvainen & Valpola 2017, mean teacher (EMA teacher, consistency)", mean_teacher),
-    Recipe("swa", "Izmailov et al. 2018, SWA (AveragedModel, SWALR)", swa),
+           _accumulation_scaled),
+    Recipe("mean-teacher", "Tarvainen & Valpola 2017, mean teacher (EMA teacher, consistency)", _mean_teacher),
+    Recipe("swa", "Izmailov et al. 2018, SWA (AveragedModel, SWALR)", _swa),
     Recipe("gpt-decay-groups", "nanoGPT: weight decay on matrices only, label smoothing, clip 1.0",
-           gpt_weight_decay_groups),
+           _gpt_weight_decay_groups),
     Recipe("uncertainty-multitask", "Kendall et al. 2018, learned task weights (log variances)",
-           uncertainty_multitask),
-    Recipe("triplet", "Schroff et al. 2015, triplet margin loss", triplet),
-    Recipe("r-drop", "Liang et al. 2021, R-Drop (two dropout passes, symmetric KL)", r_drop),
-    Recipe("mixup", "Zhang et al. 2018, mixup", mixup),
-    Recipe("reduce-on-plateau", "torch ReduceLROnPlateau on the step's loss", plateau),
+           _uncertainty_multitask),
+    Recipe("triplet", "Schroff et al. 2015, triplet margin loss", _triplet),
+    Recipe("r-drop", "Liang et al. 2021, R-Drop (two dropout passes, symmetric KL)", _r_drop),
+    Recipe("mixup", "Zhang et al. 2018, mixup", _mixup),
+    Recipe("reduce-on-plateau", "torch ReduceLROnPlateau on the step's loss", _plateau),
 ]
