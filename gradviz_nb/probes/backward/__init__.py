@@ -11,8 +11,9 @@ Other families import the names below, never a module's private names.
 
 from gradviz_nb.probes.backward.armed import UNTIL
 from gradviz_nb.probes.backward.breakpoints import RULES, Stop
-from gradviz_nb.probes.backward.recording import BackwardRecording, Delivery, Step, as_list, record_backward
+from gradviz_nb.probes.backward.recording import BackwardRecording, as_list, record_backward
 from gradviz_nb.probes.backward.stats import GradStats, reductions
+from gradviz_nb.probes.backward.steps import Delivery, Step
 from gradviz_nb.tracing.summary import SMALL
 
 __all__ = ["RULES", "SMALL", "UNTIL", "BackwardRecording", "Delivery", "GradStats", "Step", "Stop", "as_list",

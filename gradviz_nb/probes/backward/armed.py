@@ -82,58 +82,56 @@ def _flags(grads: tuple[Any, ...], into: list[torch.Tensor]) -> None:
             into.append(flag)
 
 
-def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str, model: nn.Module | None = None) -> Armed:
-    """Run ``loss.backward`` (graph kept, ``.grad`` of every leaf put back as it was, what the user's backward
-    hooks change undone: :mod:`.undo`) with the cheap check of ``until`` on every step."""
-    if until not in UNTIL:
-        raise GradvizError(f"record_backward(until={until!r}): give one of {', '.join(map(repr, UNTIL))}.")
-    nodes = reachable([loss.grad_fn])
-    flags: list[torch.Tensor] = []
-    step_of: list[int] = []  # flag -> engine step (set when the step finishes: the full record's order)
-    order: list[Any] = []  # nodes in the order they finished, as the full record numbers its steps
-    pending: dict[Any, list[int]] = {}  # flags a node's pre-hook read, until it finishes
+class _Checks:
+    """The armed pass's hooks: one cheap flag per gradient, numbered by the engine step it belongs to."""
 
-    def pre(fn: Any, many: bool) -> Callable[[tuple[Any, ...]], None]:
+    def __init__(self) -> None:
+        self.flags: list[torch.Tensor] = []
+        self.step_of: list[int] = []  # flag -> engine step (set when the step finishes: the full record's order)
+        self.order: list[Any] = []  # nodes in the order they finished, as the full record numbers its steps
+        self.pending: dict[Any, list[int]] = {}  # flags a node's pre-hook read, until it finishes
+        self.inner_grads: dict[int, tuple[torch.Tensor, Any]] = {}  # leaves of nested calls: .grad put back
+        self.outer_ids: set[int] = set()
+
+    def pre(self, fn: Any, many: bool) -> Callable[[tuple[Any, ...]], None]:
         # many: the root's buffer and sums of several producers (a one-slot buffer holds what was checked)
         def hook(grad_outputs: tuple[Any, ...]) -> None:
             if many:
-                n = len(flags)
-                _flags(grad_outputs, flags)
-                pending[fn] = list(range(n, len(flags)))
-                step_of.extend([-1] * (len(flags) - n))
+                n = len(self.flags)
+                _flags(grad_outputs, self.flags)
+                self.pending[fn] = list(range(n, len(self.flags)))
+                self.step_of.extend([-1] * (len(self.flags) - n))
         return hook
 
-    def post(fn: Any) -> Callable[[tuple[Any, ...], tuple[Any, ...]], None]:
+    def post(self, fn: Any) -> Callable[[tuple[Any, ...], tuple[Any, ...]], None]:
         def hook(grad_inputs: tuple[Any, ...], _: tuple[Any, ...]) -> None:
-            step = len(order)
-            for k in pending.pop(fn, ()):
-                step_of[k] = step
-            n = len(flags)
-            _flags(grad_inputs, flags)
-            step_of.extend([step] * (len(flags) - n))
-            order.append(fn)
+            step = len(self.order)
+            for k in self.pending.pop(fn, ()):
+                self.step_of[k] = step
+            n = len(self.flags)
+            _flags(grad_inputs, self.flags)
+            self.step_of.extend([step] * (len(self.flags) - n))
+            self.order.append(fn)
         return hook
 
-    def hook_all(visited: list[tuple[Any, Any]]) -> list[Any]:
+    def hook_all(self, visited: list[tuple[Any, Any]]) -> list[Any]:
         slots: dict[Any, int] = {}
         for _, next_functions in visited:
             for nxt, _ in next_functions:
                 if nxt is not None:
                     slots[nxt] = slots.get(nxt, 0) + 1
         return [h for fn, _ in visited
-                for h in (fn.register_prehook(pre(fn, slots.get(fn, 0) != 1)), fn.register_hook(post(fn)))]
+                for h in (fn.register_prehook(self.pre(fn, slots.get(fn, 0) != 1)), fn.register_hook(self.post(fn)))]
 
-    inner_grads: dict[int, tuple[torch.Tensor, Any]] = {}  # leaves of nested calls: their .grad put back
-
-    def nested(roots: list[torch.Tensor], outer: Any) -> Callable[[], None]:
-        # an engine call inside the backward (a reentrant checkpoint's inner backward): its nodes checked too
+    def nested(self, roots: list[torch.Tensor], outer: Any) -> Callable[[], None]:
+        """An engine call inside the backward (a reentrant checkpoint's inner backward): its nodes checked too."""
         inner = reachable([t.grad_fn for t in roots])
         for fn, _ in inner:
             var = getattr(fn, "variable", None)
-            if isinstance(var, torch.Tensor) and id(var) not in inner_grads and id(var) not in outer_ids:
-                inner_grads[id(var)] = (var, var.grad)
+            if isinstance(var, torch.Tensor) and id(var) not in self.inner_grads and id(var) not in self.outer_ids:
+                self.inner_grads[id(var)] = (var, var.grad)
                 var.grad = None
-        inner_handles = hook_all(inner)
+        inner_handles = self.hook_all(inner)
         del inner
 
         def undo() -> None:
@@ -141,26 +139,39 @@ def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str, model
                 h.remove()
         return undo
 
+    def first_bad_step(self) -> int:
+        """The engine step of the first non-finite flag, or -1."""
+        if not self.flags:
+            return -1
+        flags = self.flags
+        sums = torch.stack([f.cpu() for f in flags]) if len({f.device for f in flags}) > 1 else torch.stack(flags)
+        bad = (~torch.isfinite(sums)).nonzero()
+        return self.step_of[int(bad[0])] if len(bad) else -1
+
+
+def armed_check(loss: torch.Tensor, grad: torch.Tensor | None, until: str, model: nn.Module | None = None) -> Armed:
+    """Run ``loss.backward`` (graph kept, ``.grad`` of every leaf put back as it was, what the user's backward
+    hooks change undone: :mod:`.undo`) with the cheap check of ``until`` on every step."""
+    if until not in UNTIL:
+        raise GradvizError(f"record_backward(until={until!r}): give one of {', '.join(map(repr, UNTIL))}.")
+    nodes = reachable([loss.grad_fn])
+    checks = _Checks()
     leaves = [fn.variable for fn, _ in nodes if hasattr(fn, "variable")]
-    outer_ids = {id(t) for t in leaves}
+    checks.outer_ids = {id(t) for t in leaves}
     saved = [t.grad for t in leaves]
     hooked = user_hooks(leaves, ()) or any(HOOK_NODE in fn.name() for fn, _ in nodes)
-    handles = hook_all(nodes)
+    handles = checks.hook_all(nodes)
     try:
         for t in leaves:
             t.grad = None
-        with undone(leaves, model, hooked=hooked), Nested(nested):
+        with undone(leaves, model, hooked=hooked), Nested(checks.nested):
             typed_torch.backward(loss, grad, retain_graph=True)
     finally:
         for h in handles:
             h.remove()
         for t, g in zip(leaves, saved, strict=True):
             t.grad = g
-        for t, g in inner_grads.values():
+        for t, g in checks.inner_grads.values():
             t.grad = g
         del nodes, handles
-    if not flags:
-        return Armed(until, len(order), -1)
-    sums = torch.stack([f.cpu() for f in flags]) if len({f.device for f in flags}) > 1 else torch.stack(flags)
-    bad = (~torch.isfinite(sums)).nonzero()
-    return Armed(until, len(order), step_of[int(bad[0])] if len(bad) else -1)
+    return Armed(until, len(checks.order), checks.first_bad_step())

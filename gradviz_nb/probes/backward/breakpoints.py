@@ -20,8 +20,9 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.calltree import CallTree
 
 if TYPE_CHECKING:
-    from gradviz_nb.probes.backward.recording import BackwardRecording, Step
+    from gradviz_nb.probes.backward.recording import BackwardRecording
     from gradviz_nb.probes.backward.stats import GradStats
+    from gradviz_nb.probes.backward.steps import Step
 
 __all__ = ["RULES", "Stop", "find"]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,102 +63,121 @@ def _saved(fn: Any, name: str) -> Any:
         return None
 
 
-def forward_origin(graph: AutogradGraph, nodes: Mapping[Any, str], loss: torch.Tensor) -> NonFinite | None:
-    """The forward birth of the NaN/Inf in ``loss`` (None when the loss is finite), from ``graph`` (traced
-    from ``loss``) and ``nodes`` (its autograd nodes -> node ids, as :func:`trace_with_nodes` gives them)."""
-    if not _bad(loss):
-        return None
+@dataclass
+class _SavedEvidence:
+    """What the graph's saved tensors show: non-finite outputs per node, and the inputs each node saved."""
+
+    out: dict[Any, torch.Tensor] = field(default_factory=dict)  # node -> a non-finite output it made
+    fed_bad: set[Any] = field(default_factory=set)  # nodes that saved a non-finite input
+    inputs: dict[Any, list[torch.Tensor]] = field(default_factory=dict)  # node -> the inputs it saved, by slot
+    slots_of: dict[Any, set[int]] = field(default_factory=dict)  # node -> the input slots it saved
+
+    def complete(self, fn: Any) -> bool:
+        """It saved every input that needs grad: its inputs are all known."""
+        needed = {i for i, (nxt, _) in enumerate(fn.next_functions) if nxt is not None}
+        return bool(self.slots_of.get(fn)) and needed <= self.slots_of[fn]
+
+
+def _read_saved(graph: AutogradGraph, nodes: Mapping[Any, str], loss: torch.Tensor) -> _SavedEvidence:
     attrs = graph.nx.nodes
-    out: dict[Any, torch.Tensor] = {loss.grad_fn: loss}  # node -> a non-finite output it made
-    fed_bad: set[Any] = set()  # nodes that saved a non-finite input
-    inputs: dict[Any, list[torch.Tensor]] = {}  # node -> the inputs it saved, by slot order
-    slots_of: dict[Any, set[int]] = {}  # node -> the input slots it saved
+    ev = _SavedEvidence(out={loss.grad_fn: loss})
     for fn, node_id in nodes.items():
         a = attrs[node_id]
         if a["kind"] == "leaf":
             var = getattr(fn, "variable", None)
             if isinstance(var, torch.Tensor) and _bad(var):
-                out.setdefault(fn, var)
+                ev.out.setdefault(fn, var)
             continue
         if "Checkpoint" in a["op"]:
             continue  # unpacking would recompute the block
         slots = SAVED_INPUT.get(a["op"], _SLOT)
         saved_inputs: list[tuple[int, torch.Tensor]] = []
         for s in a["saved"]:
-            if s.get("packed"):
-                continue
-            t = _saved(fn, s["name"])
+            t = None if s.get("packed") else _saved(fn, s["name"])
             if not isinstance(t, torch.Tensor):
                 continue
             if s["name"] == "result":
                 if _bad(t):
-                    out.setdefault(fn, t)
+                    ev.out.setdefault(fn, t)
                 continue
             slot = slots.get(s["name"])
             if slot is None:
                 continue
             saved_inputs.append((slot, t))
             if _bad(t):
-                fed_bad.add(fn)
+                ev.fed_bad.add(fn)
                 producer = fn.next_functions[slot][0] if slot < len(fn.next_functions) else None
                 if producer is not None:
-                    out.setdefault(producer, t)
-        inputs[fn] = [t for _, t in sorted(saved_inputs, key=lambda p: p[0])]
-        slots_of[fn] = {slot for slot, _ in saved_inputs}
-    known = [fn for fn in out if fn in nodes]
-    if not known:
-        return None
+                    ev.out.setdefault(producer, t)
+        ev.inputs[fn] = [t for _, t in sorted(saved_inputs, key=lambda p: p[0])]
+        ev.slots_of[fn] = {slot for slot, _ in saved_inputs}
+    return ev
 
-    def order(fn: Any) -> int:
-        return -1 if attrs[nodes[fn]]["kind"] == "leaf" else int(attrs[nodes[fn]]["seq"])
 
-    def complete(fn: Any) -> bool:  # it saved every input that needs grad: its inputs are all known
-        needed = {i for i, (nxt, _) in enumerate(fn.next_functions) if nxt is not None}
-        return bool(slots_of.get(fn)) and needed <= slots_of[fn]
-
-    # a birth: its output is non-finite, and it saved its inputs (or is a leaf) and none of them is
-    births = [fn for fn in known if fn not in fed_bad and (attrs[nodes[fn]]["kind"] == "leaf" or complete(fn))]
-    # An output known non-finite from a node that did not save every input (``h * 0.0`` saves only the 0):
-    # what fed it is looked at upstream, for an op whose saved, finite inputs alone make NaN/Inf (log(0),
-    # a division by zero, sqrt of a negative): infinities turned NaN later, as find_nonfinite's transitions.
-    inferred: dict[Any, tuple[str, str, str]] = {}
-    stack = [fn for fn in known if fn not in fed_bad and fn not in births]
+def _inferred(graph: AutogradGraph, nodes: Mapping[Any, str], ev: _SavedEvidence, start: list[Any]
+              ) -> dict[Any, tuple[str, str, str]]:
+    """Upstream of outputs known non-finite from nodes that did not save every input (``h * 0.0`` saves only
+    the 0): an op whose saved, finite inputs alone make NaN/Inf (log(0), a division by zero, sqrt of a
+    negative), as find_nonfinite's transitions: node -> (kind, cause, detail)."""
+    attrs = graph.nx.nodes
+    found: dict[Any, tuple[str, str, str]] = {}
+    stack: list[Any] = list(start)
     visited: set[Any] = set()
     while stack and len(visited) < 10_000:
         fn = stack.pop()
         if fn in visited or fn not in nodes:
             continue
         visited.add(fn)
-        values = inputs.get(fn)
-        if values and complete(fn) and not any(_bad(v) for v in values):
+        values = ev.inputs.get(fn)
+        if values and ev.complete(fn) and not any(_bad(v) for v in values):
             cause, detail = classify(_base(attrs[nodes[fn]]["op"]), list(values), False, True)
             if cause in _MAKES:
-                inferred[fn] = (_MAKES[cause], cause, detail)
+                found[fn] = (_MAKES[cause], cause, detail)
             continue
         stack.extend(nxt for nxt, _ in fn.next_functions if nxt in nodes and attrs[nodes[nxt]]["kind"] == "op")
-    if inferred:
-        fn = min([*births, *inferred], key=order)
-        if fn in inferred:
-            kind, cause, detail = inferred[fn]
-            a = attrs[nodes[fn]]
-            base = _base(a["op"])
-            return NonFinite("forward", f"aten.{base}", a.get("module") or "", "", "", a["op"], kind, cause, detail,
-                             tuple(input_info(v) for v in inputs[fn]), (f"the loss ({_kind(loss)})",))
-    fn = min(births or known, key=order)
-    a, t = attrs[nodes[fn]], out[fn]
-    kind = _kind(t)
-    module = a.get("module") or ""
+    return found
+
+
+def forward_origin(graph: AutogradGraph, nodes: Mapping[Any, str], loss: torch.Tensor) -> NonFinite | None:
+    """The forward birth of the NaN/Inf in ``loss`` (None when the loss is finite), from ``graph`` (traced
+    from ``loss``) and ``nodes`` (its autograd nodes -> node ids, as :func:`trace_with_nodes` gives them)."""
+    if not _bad(loss):
+        return None
+    attrs = graph.nx.nodes
+    ev = _read_saved(graph, nodes, loss)
+    known = [fn for fn in ev.out if fn in nodes]
+    if not known:
+        return None
+
+    def order(fn: Any) -> int:
+        return -1 if attrs[nodes[fn]]["kind"] == "leaf" else int(attrs[nodes[fn]]["seq"])
+
+    # a birth: its output is non-finite, and it saved its inputs (or is a leaf) and none of them is
+    births = [fn for fn in known if fn not in ev.fed_bad and (attrs[nodes[fn]]["kind"] == "leaf" or ev.complete(fn))]
+    inferred = _inferred(graph, nodes, ev, [fn for fn in known if fn not in ev.fed_bad and fn not in births])
+    reached = (f"the loss ({_kind(loss)})",)
+    fn = min([*births, *inferred] if inferred else births or known, key=order)
+    a = attrs[nodes[fn]]
+    if fn in inferred:
+        kind, cause, detail = inferred[fn]
+        return NonFinite("forward", f"aten.{_base(a['op'])}", a.get("module") or "", "", "", a["op"], kind, cause,
+                         detail, tuple(input_info(v) for v in ev.inputs[fn]), reached)
+    return _answer(a, ev.out[fn], ev.inputs.get(fn, []), bool(births), reached)
+
+
+def _answer(a: Mapping[str, Any], t: torch.Tensor, values: list[torch.Tensor], born: bool,
+            reached: tuple[str, ...]) -> NonFinite:
+    kind, module = _kind(t), a.get("module") or ""
     if a["kind"] == "leaf":
         name = (a.get("names") or [""])[0] or f"a leaf of shape {list(t.shape)}"
         return NonFinite("forward", "(a leaf)", module, "", "", "", kind, "already non-finite",
                          f"{name} already held {kind} before the forward pass (the data, or a parameter broken "
-                         "by an earlier step)", (input_info(t),), (f"the loss ({_kind(loss)})",))
+                         "by an earlier step)", (input_info(t),), reached)
     base = _base(a["op"])
-    values = inputs.get(fn, [])
-    if births:
+    if born:
         cause, detail = classify(base, list(values), "NaN" in kind, "Inf" in kind)
     else:
         cause, detail = "other", (f"{base} passed on {kind}; the op that made it saved nothing that shows it "
                                   "(gv.find_nonfinite(fn) re-runs the step and names it)")
     return NonFinite("forward", f"aten.{base}", module, "", "", a["op"], kind, cause, detail,
-                     tuple(input_info(v) for v in values), (f"the loss ({_kind(loss)})",))
+                     tuple(input_info(v) for v in values), reached)
