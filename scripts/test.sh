@@ -52,11 +52,14 @@ else
   echo; echo "==> mypy: not configured (no [tool.mypy] in pyproject.toml), skipped"
 fi
 
-run "pytest" "$VBIN/python" -m pytest "$@"
+# The quick tier first, on its own, so its CPU budget (tests/budget.py: 120 s of process CPU) is judged here;
+# then everything else. Together they are every test.
+run "pytest quick tier (-m 'not slow', CPU budget)" "$VBIN/python" -m pytest -m "not slow" "$@"
+run "pytest slow tier (-m slow)" "$VBIN/python" -m pytest -m slow "$@"
 
 # The quick tier again on the newest torch (scripts/setup.sh makes .venv-torch-newest): the supported range's
 # other end. Its own venv, so its kernels (nbclient's python3) run that torch too. The quick tier's CPU budget
-# (tests/budget.py) is judged on the pinned torch's run above, not again here.
+# (tests/budget.py) is judged on the pinned torch's quick-tier run above, not again here.
 NEW_PY="$PWD/.venv-torch-newest/bin/python"
 if [ -x "$NEW_PY" ]; then
   new_torch=$("$NEW_PY" -c 'import importlib.metadata as m; print(m.version("torch"))')
