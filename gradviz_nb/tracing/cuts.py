@@ -67,7 +67,9 @@ def grad_input(args: Any, kwargs: dict[str, Any]) -> tuple[Any, torch.Tensor] | 
 
 
 def _measurable(t: torch.Tensor) -> bool:
-    return type(t) is torch.Tensor and t.layout == torch.strided and not t.is_meta and \
+    # A parameter is a plain tensor to every op (nn.Parameter opts out of __torch_function__): probing it with a
+    # plain tensor measures the same op. Other subclasses (DTensor, fakes) may dispatch elsewhere: not measured.
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided and not t.is_meta and \
         (t.is_floating_point() or t.is_complex())
 
 

@@ -87,3 +87,18 @@ def test_no_cut_is_recorded_with_grad_mode_off() -> None:
     with gv.capture(model) as cap, torch.no_grad():
         model(torch.randn(6, 4))
     assert not [e for e in cap.evidence if e.kind == "left-graph"]
+
+
+def test_a_question_about_a_parameter_itself_is_measured_not_assumed_a_cut() -> None:
+    # Library code asks type questions of the parameters themselves (accelerate asks
+    # torch._has_compatible_shallow_copy_type(param, ...) while a Trainer prepares the model): a Python bool
+    # from a parameter, the same whatever its values. Measured as no cut, so the real cause is the one named.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    with gv.capture(model) as cap:
+        assert torch._has_compatible_shallow_copy_type(model[0].weight, torch.zeros(2))
+        h = model[0](torch.randn(6, 4)).detach()  # the real cut
+        loss = model[1](h).sum()
+    assert not any(e.op.startswith("torch._has_compatible") for e in cap.evidence)
+    w = gv.why(gv.trace(loss, model=model, capture=cap), "0.weight")
+    assert (w.status, w.kind) == ("none", "detached"), w
