@@ -64,6 +64,19 @@ class Observed:
         return {n for r in self.records for n in r.events.recreated}
 
     @cached_property
+    def copies(self) -> set[str]:
+        """Parameters the step writes by hand instead of training (an EMA or SWA copy, ``AveragedModel``),
+        measured: no optimizer the step used holds them, no step's loss graph has them as a leaf, and their
+        values changed during a step. A cut parameter of the trained model is held by its optimizer, so it is
+        never one of these."""
+        held = {id(p) for o in [self.optimizer, *self.others] if o is not None
+                for g in o.param_groups for p in g["params"]}
+        in_graph = {n for r in self.records if r.graph is not None for n in r.graph.leaves()}
+        moved = set().union(*(r.moved for r in self.records)) if self.records else set()
+        return {n for n, p in self.model.named_parameters(remove_duplicate=False)
+                if p.requires_grad and id(p) not in held and n not in in_graph and n in moved}
+
+    @cached_property
     def not_in_optimizer(self) -> set[str]:
         """Parameters the optimizer does not step (their stale .grad is not blamed on a missing zero_grad)."""
         return {f.target for f in optimizer_findings(self.records, self.model, self.optimizer, self.others,
@@ -82,8 +95,10 @@ def _no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
     return no_grad_finding(rec, f)
 
 
-def findings_from_flow(rec: StepRecord) -> list[Finding]:
-    """gradient_flow's flags of one step, as findings (optimizer flags are handled with the optimizer)."""
+def findings_from_flow(rec: StepRecord, copies: set[str] | frozenset[str] = frozenset()) -> list[Finding]:
+    """gradient_flow's flags of one step, as findings (optimizer flags are handled with the optimizer);
+    ``copies``: parameters written by hand, not trained (:attr:`Observed.copies`): their missing gradient is
+    the design, not a finding."""
     from gradviz_nb.doctor.why_checks import explained
 
     if rec.flow is None:
@@ -92,6 +107,8 @@ def findings_from_flow(rec: StepRecord) -> list[Finding]:
     for f in rec.flow.flags:
         if f.kind in ("frozen", "not-in-optimizer") or explained(rec, f):
             continue  # a layer whose zero gradients gv.why explained is reported with that cause
+        if f.kind == "no-grad" and set(f.params or (f.target,)) <= copies:
+            continue
         if f.kind == "no-grad":
             finding = _no_grad_finding(rec, f)
         else:
@@ -385,7 +402,7 @@ def check_inplace(obs: Observed) -> list[Finding]:
 def check_flow(obs: Observed) -> list[Finding]:
     """gradient_flow's flags of the first step that has them."""
     first = next((r for r in obs.records if r.flow is not None), None)
-    return findings_from_flow(first) if first is not None else []
+    return findings_from_flow(first, obs.copies) if first is not None else []
 
 
 def check_optimizer(obs: Observed) -> list[Finding]:

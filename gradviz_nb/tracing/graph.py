@@ -73,6 +73,9 @@ class AutogradGraph:
         """Leaf node id -> weak reference to the tensor it was traced from (the details panel reads its values
         and ``.grad`` on demand, ``tracing/summary.py``); empty for a graph loaded, merged or copied. Not data:
         never saved, and it never keeps a tensor alive."""
+        self.saved_params: dict[tuple[Any, int], int] | None = None
+        """A parameter storage's key (``tracing.walk.storage_key``) -> its ``storage`` index in the saved
+        entries, for the parameters some node saved; None for a graph loaded, merged or copied."""
 
     @property
     def roots(self) -> list[str]:

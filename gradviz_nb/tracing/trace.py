@@ -18,7 +18,7 @@ from gradviz_nb.tracing.distributed import annotate_distributed
 from gradviz_nb.tracing.ghosts import Ghost
 from gradviz_nb.tracing.graph import AutogradGraph
 from gradviz_nb.tracing.summary import SMALL
-from gradviz_nb.tracing.walk import RawNode, short_op, walk
+from gradviz_nb.tracing.walk import RawNode, Storages, short_op, walk
 from gradviz_nb.validate import instance, tensor_mapping
 
 NO_CAPTURE_NOTE = (
@@ -78,7 +78,8 @@ def _trace(
     if model is None and capture is None:
         model = next((c.model for c in captures), None)
     edges = [torch.autograd.graph.get_gradient_edge(t) for t in tensors]
-    raw, keys = walk([e.node for e in edges])
+    storages: Storages = {}
+    raw, keys = walk([e.node for e in edges], storages)
     root_edges = [(keys[e.node], int(e.output_nr)) for e in edges]
     nodes = {fn: f"n{key}" for fn, key in keys.items()} if want_nodes else {}
     opaque = {r.key for r in raw if r.op == OPAQUE_CHECKPOINT}
@@ -123,6 +124,7 @@ def _trace(
     annotate_distributed(graph, model)  # FSDP2 / DDP / DTensor nodes: label, note, where collectives run
     out = AutogradGraph(graph)
     out.tensors = live
+    out.saved_params = {key: index for key, (index, param, _) in storages.items() if param}
     return out, nodes
 
 

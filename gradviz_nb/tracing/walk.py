@@ -233,6 +233,11 @@ def _freed(raw: Any) -> bool:
     return False
 
 
+def storage_key(t: torch.Tensor) -> tuple[Any, int]:
+    """The key :func:`walk`'s ``storages`` gives a dense, strided tensor's storage: (device, base address)."""
+    return (t.device, t.untyped_storage()._cdata if t.is_meta else t.data_ptr() - int(t.storage_offset()) * t.element_size())
+
+
 def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -> None:
     # Runs once per saved tensor of every trace (a third of the walk): plain reads, no keyword dicts.
     if entry["shape"] is None:
@@ -479,16 +484,17 @@ def anchored() -> int:
 gc.callbacks.append(release_anchors)
 
 
-def walk(root_fns: list[Any]) -> tuple[list[RawNode], dict[Any, int]]:
+def walk(root_fns: list[Any], storages: Storages | None = None) -> tuple[list[RawNode], dict[Any, int]]:
     """Visit every node reachable from ``root_fns`` (grad_fn objects); returns nodes in visit order.
 
     The second value maps each visited autograd Node to its key; callers must drop it (it pins the
-    graph's saved activations).
+    graph's saved activations). ``storages``: filled with every saved tensor's storage (its key, as
+    :func:`storage_key` computes it) -> (the ``storage`` index in the saved entries, param, bytes).
     """
     release_anchors()
     order, nexts, keys = _reach(root_fns)
     nodes: list[RawNode] = []
-    storages: Storages = {}
+    storages = {} if storages is None else storages
     checkpoints = Checkpoints()
     for key, (fn, nf) in enumerate(zip(order, nexts, strict=True)):
         op = op_name(fn)

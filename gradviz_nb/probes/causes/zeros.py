@@ -21,9 +21,11 @@ import math
 from dataclasses import dataclass
 
 import networkx as nx
+import torch
 
 from gradviz_nb.probes.backward import BackwardRecording, GradStats
 from gradviz_nb.tracing import AutogradGraph
+from gradviz_nb.tracing.walk import storage_key
 
 __all__ = ["Lost", "expected_zero", "where_lost"]
 
@@ -96,28 +98,51 @@ def where_lost(rec: BackwardRecording, graph: AutogradGraph, leaf: str, *, zero:
     return min(shrinks, key=lambda lost: lost.factor)
 
 
+def _storage(graph: AutogradGraph, t: torch.Tensor) -> int | None:
+    """The ``storage`` index the saved entries give ``t``'s memory, if a node saved it (None otherwise)."""
+    if graph.saved_params is None or t.layout is not torch.strided:
+        return None
+    try:
+        key = storage_key(t.detach())
+    except (RuntimeError, NotImplementedError):  # a tensor subclass without plain storage (a DTensor)
+        return None
+    return graph.saved_params.get(key)
+
+
 def _zero_factor(graph: AutogradGraph, node: str) -> str:
     """The name of an all-zero parameter ``node`` multiplies by, measured: a leaf feeding it (directly or through
-    one single-input op, e.g. a transpose) holds only zeros, and the node saved a parameter-sized tensor of that
-    leaf's shape (or its transpose) for its backward, so it is a factor of the gradient the node sends to its
-    other inputs (a zero bias is added, never saved: it is no factor). ``""`` if none."""
+    one single-input op, e.g. a transpose) holds only zeros, and the node saved that leaf's own memory for its
+    backward (the saved tensor's storage is the leaf's; for a graph without storages, or a packed saved tensor,
+    a parameter-sized tensor of its shape or its transpose), so it is a factor of the gradient the node sends
+    to its other inputs. With storages known, every parameter the node saved must be such an all-zero leaf: a
+    node that also saved a non-zero parameter (layer norm saves its weight beside its zero bias, which it only
+    adds) still sends a gradient through it. A zero bias batch norm or a linear layer adds is never saved.
+    ``""`` if none."""
     g = graph.nx
-    saved = [tuple(s.get("shape") or ()) for s in g.nodes[node].get("saved", []) or []
-             if s.get("param") or s.get("packed")]
-    if not saved:
+    entries = g.nodes[node].get("saved", []) or []
+    saved = [tuple(s.get("shape") or ()) for s in entries
+             if s.get("packed") or (s.get("param") and graph.saved_params is None)]
+    stored = {s.get("storage") for s in entries if s.get("param") and s.get("storage") is not None}
+    if not saved and not stored:
         return ""
     feeders = list(g.predecessors(node))
     feeders += [u for v in feeders if g.nodes[v].get("kind") == "op" and g.in_degree(v) == 1 for u in g.predecessors(v)]
+    zero: dict[int | None, str] = {}  # storage index (None: matched by shape) -> name of an all-zero leaf
     for leaf in feeders:
         if g.nodes[leaf].get("kind") != "leaf":
             continue
         ref = graph.tensors.get(leaf)
         t = ref() if ref is not None else None
-        if t is None or not t.numel() or (tuple(t.shape) not in saved and tuple(reversed(t.shape)) not in saved):
+        if t is None or not t.numel():
+            continue
+        index = _storage(graph, t)
+        if index not in stored and tuple(t.shape) not in saved and tuple(reversed(t.shape)) not in saved:
             continue
         if not bool(t.detach().any()):
-            return str(g.nodes[leaf].get("name") or leaf)
-    return ""
+            zero.setdefault(index if index in stored else None, str(g.nodes[leaf].get("name") or leaf))
+    if stored and not stored <= set(zero):
+        return ""  # a saved parameter that is not an all-zero leaf feeding the node: not measured a zero factor
+    return next(iter(zero.values()), "")
 
 
 def expected_zero(graph: AutogradGraph, leaves: list[str]) -> str:
