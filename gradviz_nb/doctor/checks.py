@@ -66,15 +66,16 @@ class Observed:
     @cached_property
     def copies(self) -> set[str]:
         """Parameters the step writes by hand instead of training (an EMA or SWA copy, ``AveragedModel``),
-        measured: no optimizer the step used holds them, no step's loss graph has them as a leaf, and their
-        values changed during a step. A cut parameter of the trained model is held by its optimizer, so it is
-        never one of these."""
+        measured: no optimizer the step used holds them, no step's loss graph has them as a leaf, and the step
+        wrote them in place (their version counter moved, whether or not the values did: the copy of a
+        parameter that did not train is rewritten with the same values). A cut parameter of the trained model
+        is held by its optimizer, so it is never one of these."""
         held = {id(p) for o in [self.optimizer, *self.others] if o is not None
                 for g in o.param_groups for p in g["params"]}
         in_graph = {n for r in self.records if r.graph is not None for n in r.graph.leaves()}
-        moved = set().union(*(r.moved for r in self.records)) if self.records else set()
+        written = set().union(*(r.written for r in self.records)) if self.records else set()
         return {n for n, p in self.model.named_parameters(remove_duplicate=False)
-                if p.requires_grad and id(p) not in held and n not in in_graph and n in moved}
+                if p.requires_grad and id(p) not in held and n not in in_graph and n in written}
 
     @cached_property
     def not_in_optimizer(self) -> set[str]:

@@ -50,6 +50,7 @@ class StepRecord:
     stale: dict[str, int] = field(default_factory=dict)  # parameter -> version its .grad still had when the
     # first backward of this step that fed it ran (per parameter: another optimizer's backward does not count)
     moved: set[str] = field(default_factory=set)  # parameters whose value changed during the step
+    written: set[str] = field(default_factory=set)  # parameters written in place during the step (version counter)
     error: BaseException | None = None
     grads_after: dict[str, tuple[weakref.ref[torch.Tensor], int]] = field(default_factory=dict)
     events: StepEvents = field(default_factory=StepEvents)
@@ -113,6 +114,7 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
     named = dict(model.named_parameters())
     rec = StepRecord(index)
     before = {n: p.detach().clone() for n, p in named.items()}
+    versions = {n: p._version for n, p in named.items()}
     watch = StepWatch(model, seen.extra, seen.labels, seen.known, seen.on_sight)
     rec.events = watch.ev
 
@@ -183,3 +185,4 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
         named = dict(model.named_parameters())
     rec.moved = {n for n, p in named.items() if n in before and p.shape == before[n].shape
                  and not torch.equal(p.detach(), before[n])}
+    rec.written = {n for n, p in named.items() if n in versions and p._version != versions[n]}

@@ -235,7 +235,9 @@ def _freed(raw: Any) -> bool:
 
 def storage_key(t: torch.Tensor) -> tuple[Any, int]:
     """The key :func:`walk`'s ``storages`` gives a dense, strided tensor's storage: (device, base address)."""
-    return (t.device, t.untyped_storage()._cdata if t.is_meta else t.data_ptr() - int(t.storage_offset()) * t.element_size())
+    if t.is_meta:
+        return (t.device, t.untyped_storage()._cdata)
+    return (t.device, t.data_ptr() - int(t.storage_offset()) * t.element_size())
 
 
 def _tensor_memory(t: torch.Tensor, entry: dict[str, Any], storages: Storages) -> None:
