@@ -103,6 +103,17 @@ def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.opt
     return rec
 
 
+def _intact(named: dict[str, nn.Parameter], previous: StepRecord | None, decided: set[str]) -> dict[str, int]:
+    """Parameters whose .grad is still the tensor, at the version, the previous step's last backward left."""
+    marks = previous.grads_after if previous is not None else {}
+    out = {}
+    for n, (ref, version) in marks.items():
+        g = named[n].grad if n in named and n not in decided else None
+        if g is not None and ref() is g and g._version == version:
+            out[n] = version
+    return out
+
+
 @contextmanager
 def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int, previous: StepRecord | None,
               seen: Sightings | None = None) -> Iterator[StepRecord]:
@@ -128,7 +139,7 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
         root = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
         with rec.cap.paused():
             _before_backward(root)
-            intact = _intact(decided)
+            intact = _intact(named, previous, decided)
             done = watch.before_backward(root)
         try:
             run()
@@ -152,16 +163,6 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
         if isinstance(root, torch.Tensor) and root.grad_fn is not None:
             rec.loss = float(root.detach().float().sum()) if root.numel() else None
             rec.graph = trace(root, model=model, capture=rec.cap, names=seen.extra or None)
-
-    def _intact(decided: set[str]) -> dict[str, int]:
-        """Parameters whose .grad is still the tensor, at the version, the previous step's last backward left."""
-        marks = previous.grads_after if previous is not None else {}
-        out = {}
-        for n, (ref, version) in marks.items():
-            g = named[n].grad if n in named and n not in decided else None
-            if g is not None and ref() is g and g._version == version:
-                out[n] = version
-        return out
 
     def before_optimizer_step(opt: Any, *_: Any) -> None:
         # The gradients as the optimizer will use them: accumulated, unscaled by a GradScaler, clipped; not
