@@ -4,4 +4,5 @@ import sys
 
 from gradviz_nb.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # imported (pkgutil.walk_packages, docs tools): nothing runs
+    sys.exit(main())

@@ -86,3 +86,14 @@ def test_a_zero_up_projection_is_still_measured_a_factor() -> None:
     model(x).backward()
     assert model.down.weight.grad is not None and not bool(model.down.weight.grad.any())  # PyTorch: exactly zero
     assert "up.weight" in expected_zero(graph, _leaves(graph, "down."))
+
+
+def test_a_parameter_whose_storage_was_freed_is_never_read() -> None:
+    # FSDP2 frees an unsharded parameter's storage after its forward and keeps the shape: reading its values
+    # crashed the process (SIGSEGV) under torchrun; such a parameter is not measured a zero factor.
+    from gradviz_nb.probes.causes.zeros import _readable
+
+    p = nn.Parameter(torch.zeros(4, 4))
+    assert _readable(p)
+    p.untyped_storage().resize_(0)
+    assert not _readable(p) and not _readable(torch.zeros(2, device="meta"))

@@ -109,6 +109,16 @@ def _storage(graph: AutogradGraph, t: torch.Tensor) -> int | None:
     return graph.saved_params.get(key)
 
 
+def _readable(t: torch.Tensor) -> bool:
+    """A plain tensor whose storage holds all its elements. A sharded parameter (a DTensor) or FSDP2's
+    unsharded parameter outside its forward (storage freed to 0 bytes, the shape kept) is not: reading its
+    values crashes the process. Such a parameter is then not measured a zero factor."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_meta or not t.numel() or t.layout != torch.strided:
+        return False
+    extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    return t.untyped_storage().nbytes() >= extent * t.element_size()
+
+
 def _zero_factor(graph: AutogradGraph, node: str) -> str:
     """The name of an all-zero parameter ``node`` multiplies by, measured: a leaf feeding it (directly or through
     one single-input op, e.g. a transpose) holds only zeros, and the node saved that leaf's own memory for its
@@ -133,7 +143,7 @@ def _zero_factor(graph: AutogradGraph, node: str) -> str:
             continue
         ref = graph.tensors.get(leaf)
         t = ref() if ref is not None else None
-        if t is None or not t.numel():
+        if t is None or not _readable(t):
             continue
         index = _storage(graph, t)
         if index not in stored and tuple(t.shape) not in saved and tuple(reversed(t.shape)) not in saved:
