@@ -112,7 +112,9 @@ class ValueWatch:
         watch = self
 
         def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            out = original.__func__(cls, *args, **kwargs)
+            # bound to the class called: a Python classmethod (torch 2.13) and a C classmethod_descriptor
+            # (torch 2.15) both bind through __get__; only the former has __func__
+            out = original.__get__(None, cls)(*args, **kwargs)
             if cls not in watch.calls and torch.is_grad_enabled() and _user_defined(cls):
                 first = out[0] if isinstance(out, (tuple, list)) and out else out
                 fn = getattr(first, "grad_fn", None)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import types
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -223,7 +224,13 @@ class _Dispatcher:
         # a staticmethod's or classmethod's function (a classmethod's takes the class its call was made on, so
         # a subclass's call still runs as the subclass); a method or module function as it is
         raw = self.raw
-        self.original = raw.__func__ if isinstance(raw, staticmethod | classmethod) else getattr(owner, name)
+        self.original: Callable[..., Any]
+        if isinstance(raw, types.ClassMethodDescriptorType):  # a C classmethod (Function.apply on torch 2.15)
+            def unbound(cls: Any, *a: Any, **k: Any) -> Any:
+                return raw.__get__(None, cls)(*a, **k)
+            self.original = unbound
+        else:
+            self.original = raw.__func__ if isinstance(raw, staticmethod | classmethod) else getattr(owner, name)
         self.users = 0
         self.local = threading.local()  # .stack: this thread's replacements, innermost last
         dispatcher = self
@@ -252,7 +259,8 @@ class _Dispatcher:
         the class)."""
         if isinstance(self.raw, staticmethod):
             return staticmethod(self.function)
-        return classmethod(self.function) if isinstance(self.raw, classmethod) else self.function
+        is_class = isinstance(self.raw, classmethod | types.ClassMethodDescriptorType)
+        return classmethod(self.function) if is_class else self.function
 
 
 _dispatchers: dict[tuple[int, str], _Dispatcher] = {}

@@ -5,6 +5,7 @@ Each test orders two threads with events, so the interleaving that used to break
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections.abc import Callable
@@ -266,7 +267,8 @@ def test_proving_a_reentrant_checkpoint_cause_leaves_the_class_dict_as_it_was() 
         assert w.kind == "reentrant-checkpoint", w.text()
         assert w.prove().proven
     assert dict(vars(CheckpointFunction)) == before and "apply" not in vars(Sub)
-    assert Sub.apply.__func__ is torch.autograd.Function.apply.__func__  # a subclass's apply is its own again
+    # a subclass's apply is its own again (a Python classmethod on torch 2.13, a C one on 2.15: compared raw)
+    assert inspect.getattr_static(Sub, "apply") is inspect.getattr_static(torch.autograd.Function, "apply")
 
 
 def test_per_thread_wrappers_ending_in_any_order_leave_the_entry_points_as_they_began() -> None:
@@ -293,3 +295,24 @@ def test_per_thread_wrappers_ending_in_any_order_leave_the_entry_points_as_they_
     t.join()
     assert errors == [] and x.grad is not None and x.grad.tolist() == [2.0, 2.0]
     assert (torch.autograd.backward, torch.autograd.grad) == before
+
+
+def test_a_c_classmethod_is_replaced_for_this_thread_and_binds_the_class_called() -> None:
+    # torch 2.15's Function.apply is a C classmethod (classmethod_descriptor, no __func__), as dict.fromkeys is.
+    from gradviz_nb.probes.owned import for_this_thread
+
+    class D(dict):  # type: ignore[type-arg]
+        pass
+
+    class E(D):
+        pass
+
+    seen: list[type] = []
+
+    def spy(original, cls, keys):  # type: ignore[no-untyped-def]
+        seen.append(cls)
+        return original(cls, keys)
+
+    with for_this_thread(D, "fromkeys", spy):
+        assert type(E.fromkeys("ab")) is E and dict(D.fromkeys("a")) == {"a": None}
+    assert seen == [E, D] and "fromkeys" not in vars(D) and type(E.fromkeys("a")) is E
