@@ -35,6 +35,22 @@ from gradviz_nb.widgets.runtime import RuntimeReference, widget_esm
 _STATIC = pathlib.Path(__file__).parent.parent / "static"
 
 
+def _forget_file_watch(widget: anywidget.AnyWidget) -> None:
+    """anywidget connects every instance to its class's ``_esm`` file (hot reload: a new bundle reaches
+    open widgets) through a strong reference to the instance: without this, no widget is ever freed."""
+    # traitlets' add_traits made type(widget) a subclass whose _esm is a trait: the file is further up
+    sources = [vars(k)[key] for k in type(widget).__mro__ for key in ("_esm", "_css") if key in vars(k)]
+    for source in sources:
+        changed = getattr(source, "changed", None)
+        if changed is None:
+            continue
+        for slot in list(getattr(changed, "_slots", ())):
+            fn = slot.dereference()
+            cells = getattr(fn, "__closure__", None) or ()
+            if any(_cell_holds(c, widget) for c in cells):
+                changed.disconnect(fn)
+
+
 def _cell_holds(cell: Any, obj: object) -> bool:
     try:
         return cell.cell_contents is obj
@@ -175,7 +191,7 @@ class GraphWidget(anywidget.AnyWidget):
         super().close()
         if isinstance(layout, Widget):
             layout.close()  # a DOMWidget's own Layout is a widget too: registered until closed
-        self._forget_file_watch()
+        _forget_file_watch(self)
         self.unobserve_all()
         with self.hold_trait_notifications():
             for name in Traits.__annotations__:  # drop the data without sending it anywhere
@@ -192,21 +208,6 @@ class GraphWidget(anywidget.AnyWidget):
             raise GradvizError("this GraphWidget was closed (w.close() released its graph); build a new one: "
                                "gv.GraphWidget(loss).")
         return self._graph
-
-    def _forget_file_watch(self) -> None:
-        """anywidget connects every instance to its class's ``_esm`` file (hot reload: a new bundle reaches
-        open widgets) through a strong reference to the instance: without this, no widget is ever freed."""
-        # traitlets' add_traits made type(self) a subclass whose _esm is a trait: the file is further up
-        sources = [vars(k)[key] for k in type(self).__mro__ for key in ("_esm", "_css") if key in vars(k)]
-        for source in sources:
-            changed = getattr(source, "changed", None)
-            if changed is None:
-                continue
-            for slot in list(getattr(changed, "_slots", ())):
-                fn = slot.dereference()
-                cells = getattr(fn, "__closure__", None) or ()
-                if any(_cell_holds(c, self) for c in cells):
-                    changed.disconnect(fn)
 
     def lazy_graph(self) -> LazyGraph:
         """The index that answers the page's load requests (built on first use for an eager widget)."""
