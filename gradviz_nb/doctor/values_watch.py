@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from gradviz_nb.doctor.grad_edits import caller_api
+from gradviz_nb.probes.owned import for_this_thread
 
 __all__ = ["DataWrite", "FunctionCall", "ValueWatch"]
 
@@ -106,15 +107,12 @@ class ValueWatch:
 
     @contextmanager
     def functions(self) -> Iterator[None]:
-        """``Function.apply`` wrapped for the block: the first call of each user-defined class is kept."""
-        fn_cls = torch.autograd.Function
-        original = vars(fn_cls)["apply"]
+        """``Function.apply`` wrapped for the block, in this thread only (:func:`for_this_thread`: other threads'
+        Functions run untouched): the first call of each user-defined class is kept."""
         watch = self
 
-        def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            # bound to the class called: a Python classmethod (torch 2.13) and a C classmethod_descriptor
-            # (torch 2.15) both bind through __get__; only the former has __func__
-            out = original.__get__(None, cls)(*args, **kwargs)
+        def apply(original: Callable[..., Any], cls: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(cls, *args, **kwargs)
             if cls not in watch.calls and torch.is_grad_enabled() and _user_defined(cls):
                 first = out[0] if isinstance(out, (tuple, list)) and out else out
                 fn = getattr(first, "grad_fn", None)
@@ -125,9 +123,5 @@ class ValueWatch:
                 watch.calls[cls] = FunctionCall(cls, inputs, line, seq)
             return out
 
-        name = "apply"
-        setattr(fn_cls, name, classmethod(apply))
-        try:
+        with for_this_thread(torch.autograd.Function, "apply", apply):
             yield
-        finally:
-            setattr(fn_cls, name, original)
