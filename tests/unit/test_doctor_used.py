@@ -70,7 +70,8 @@ def test_stale_is_per_parameter() -> None:
         model["b"](X).pow(2).mean().backward()
         opt_b.step()
 
-    assert gv.doctor(lambda: step(True), model, opt_a).findings == []
+    healthy = gv.doctor(lambda: step(True), model, opt_a)
+    assert healthy.findings == [], healthy.summary()
     stale = [f for f in gv.doctor(lambda: step(False), model, opt_a).findings if f.kind == "stale-grad"]
     assert [f.target for f in stale] == ["b"]
 
