@@ -24,7 +24,8 @@ def _mlp() -> nn.Sequential:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
 
 
-X, Y = torch.randn(24, 8, generator=torch.Generator().manual_seed(1)), torch.randn(24, 1)
+X = torch.randn(24, 8, generator=torch.Generator().manual_seed(1))
+Y = torch.randn(24, 1, generator=torch.Generator().manual_seed(2))
 
 
 def _loss(model: nn.Module, x: torch.Tensor = X, y: torch.Tensor = Y) -> torch.Tensor:
