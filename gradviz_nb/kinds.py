@@ -26,7 +26,7 @@ Kind = Literal[
     "not-a-parameter", "frozen", "detached",
     "data-access", "left-graph", "reentrant-checkpoint", "custom-backward", "zero-derivative", "saturated",
     "hook-zeroed", "unused-parameter", "no-grad", "mode", "dead-adapter", "exploding", "vanishing", "spike",
-    "nan", "update-size", "clipping", "replica-mismatch", "unused-on-rank",
+    "nan", "update-size", "clipping", "clip-norm", "replica-mismatch", "unused-on-rank",
 ]
 Tool = Literal["doctor", "flow", "monitor"]
 
@@ -159,6 +159,11 @@ _TABLE: dict[Kind, dict[str, Any]] = {
     "update-size": _info("update size", "check the learning rate and the optimizer's param groups", "monitor",
                          scope=_STEP),
     "clipping": _info("clipping bites", "raise max_norm, or lower the learning rate", "monitor", scope=_STEP),
+    "clip-norm": _info("clip used the wrong norm",
+                       "clip with the global norm: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) on "
+                       "the DTensor parameters (one call per mesh), never a norm of this rank's shards alone, and "
+                       "never one summed over replicas", "doctor", "monitor",
+                       case="tests/unit/test_meshes.py (needs four torchrun ranks)", scope=_STEP),
     "replica-mismatch": _info("replicas disagree",
                               "check for rank-dependent code between backward and the all-reduce", "monitor",
                               case="tests/unit/test_ddp.py (needs two torchrun ranks)", scope=_RANKS_RUN),

@@ -36,6 +36,7 @@ SLOW_FILES = {
     "test_ddp.py",
     "test_fsdp2.py",
     "test_distributed.py",
+    "test_meshes.py",  # HSDP, TP and TP x FSDP2: three torchrun launches (4, 2, 4 ranks), about 60 s of CPU
     "test_compile.py",
     "test_deep_graphs.py",  # a 100k-node chain traced and freed in a subprocess: 1-2 min on two busy cores
     "test_bench.py",  # python -m gradviz_nb.bench --quick: about 40 s on two busy cores

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GradEdit", "GradEdits", "caller_api"]
+__all__ = ["GradEdit", "GradEdits", "caller_api", "clip_arguments"]
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gradviz_nb/
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
@@ -44,6 +44,25 @@ def caller_api() -> tuple[str, str]:
     return "", api
 
 
+def clip_arguments() -> tuple[float, float] | None:
+    """``(max_norm, total_norm)`` of the torch clipping call on the stack (``clip_grads_with_norm_``, which
+    ``clip_grad_norm_`` calls with the total norm it computed): the threshold and the norm the clip divided by,
+    read from its frame (a ``DTensor`` total norm as its full value). None when no such call is running."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in ("clip_grads_with_norm_", "_clip_grads_with_norm_") and code.co_filename.startswith(_TORCH):
+            max_norm, total = frame.f_locals.get("max_norm"), frame.f_locals.get("total_norm")
+            full = getattr(total, "full_tensor", None)
+            total = full() if callable(full) else total
+            try:
+                return float(max_norm), float(total)  # type: ignore[arg-type]
+            except (TypeError, ValueError, RuntimeError):
+                return None
+        frame = frame.f_back
+    return None
+
+
 @dataclass
 class GradEdit:
     """One in-place write into gradients between a backward and a step: ``op`` (the torch op), ``api`` (the
@@ -57,6 +76,7 @@ class GradEdit:
     names: frozenset[str]
     before: float
     after: float
+    clip: tuple[float, float] | None = None  # (max_norm, the total norm it divided by) of a torch clipping call
 
     @property
     def factor(self) -> float:
@@ -118,7 +138,8 @@ class GradEdits:
             return
         line, api = caller_api()
         op = getattr(func, "__name__", str(func))
-        self.log.append(GradEdit(order, op, api, line, frozenset(self.tracked[id(t)] for t in ts), before, after))
+        self.log.append(GradEdit(order, op, api, line, frozenset(self.tracked[id(t)] for t in ts), before, after,
+                                 clip_arguments()))
 
     @staticmethod
     def norm(ts: list[torch.Tensor]) -> float:

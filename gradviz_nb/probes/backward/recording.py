@@ -10,6 +10,7 @@ leaves. By default the user's ``.grad`` are put back exactly as they were.
 from __future__ import annotations
 
 import re
+import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,11 +28,13 @@ from gradviz_nb.probes.backward.stats import GradStats
 from gradviz_nb.probes.backward.steps import Step
 from gradviz_nb.probes.backward.undo import undone, user_hooks
 from gradviz_nb.probes.nonfinite import NonFinite, forward_origin
+from gradviz_nb.probes.sharded import is_dtensor
 from gradviz_nb.tracing import AutogradGraph, Capture, typed_torch
 from gradviz_nb.tracing.capture import watched
 from gradviz_nb.tracing.observer import InplaceWrite
-from gradviz_nb.tracing.summary import SMALL
+from gradviz_nb.tracing.summary import SMALL, readable
 from gradviz_nb.tracing.trace import trace, trace_with_nodes
+from gradviz_nb.tracing.walk import reachable
 from gradviz_nb.validate import boolean, instance, not_meta
 
 if TYPE_CHECKING:
@@ -234,6 +237,7 @@ def record_backward(
             print(step.op, [g.norm for g in step.grad_inputs if g])
     """
     _check_args(loss, grad, accumulate, keep_values, keep_leaf_values, into, model)
+    _refuse_dtensor_leaves(loss)
     armed: Armed | None = None
     if until is not None:
         armed = _armed(loss, grad, until, model, into is not None or accumulate)
@@ -327,6 +331,24 @@ def _check_args(loss: Any, grad: Any, accumulate: bool, keep_values: bool, keep_
         instance("into", into, BackwardRecording, "a BackwardRecording (an earlier gv.record_backward) or None")
     if loss.is_meta:  # a loss with values comes from parameters with values: the model is not scanned
         not_meta("gv.record_backward", model, loss)
+
+
+def _refuse_dtensor_leaves(loss: torch.Tensor) -> None:
+    """Tensor parallel (``parallelize_module``) runs forward and backward on ``DTensor`` parameters: the gradients
+    inside its backward are shards or pending sums (``Partial``), whose statistics need a collective at every
+    node. FSDP2 alone backpropagates into plain all-gathered parameters, which record as usual."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    leaves = [fn.variable for fn, _ in reachable([loss.grad_fn]) if hasattr(fn, "variable")]
+    found = next((t for t in leaves if is_dtensor(t)), None)
+    if found is not None:
+        mesh = found.device_mesh
+        raise GradvizError(
+            f"gv.record_backward (and gv.why, breakpoints) cannot read gradients node by node under tensor parallel: "
+            f"this graph's leaves are DTensors on a {tuple(mesh.shape)} mesh, whose gradients inside the backward "
+            "are shards or pending sums and would need a collective at every node; use gv.gradient_flow(model) "
+            "after backward (full-tensor statistics, one all-reduce per mesh dimension), or record an unsharded "
+            "copy of the model in one process.")
 
 
 _INPLACE = re.compile(r"modified by an inplace operation: (.*?) instead", re.S)
@@ -423,6 +445,7 @@ def _numel(v: list[float] | None) -> int | None:
 
 
 def _put(values: dict[str, Any], node_id: str, t: Any) -> None:
-    if isinstance(t, torch.Tensor) and t.numel() <= SMALL and node_id not in values and not t.is_complex() \
-            and not t.is_meta:
+    # readable(): never a tensor whose storage FSDP freed (its all-gathered parameters after forward: reading
+    # one segfaults), nor a DTensor (its values are this rank's piece, not the node's)
+    if isinstance(t, torch.Tensor) and t.numel() <= SMALL and node_id not in values and readable(t):
         values[node_id] = t.detach().flatten().tolist()

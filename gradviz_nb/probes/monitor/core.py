@@ -197,6 +197,10 @@ class GradientMonitor:
         self.scale_used = reading.scale_used
         if reading.local is not None:
             self._local_stats = reading.local
+        if self._index.sharded:  # the clip as applied: the full gradients' norm must sit at max_norm
+            misapplied = self._clip.applied(reading.stats[:, NORM], self._gather.size)
+            if misapplied is not None:
+                self._event("clip-norm", "", misapplied)
         total, preclip = self._clip.preclip(reading.stats[:, NORM])
         slot = self._rec.add(reading.stats, self.steps_seen, total)
         if self._gather.size > 1:

@@ -58,6 +58,28 @@ class ClipCounter:
         acc = 0 if self.acc is None else int(self.acc.item())
         return self.hits + acc, self.steps
 
+    def applied(self, layer_norms: torch.Tensor, world: int) -> str | None:
+        """Under sharding, the clip as applied: the reason of a ``clip-norm`` flag, or None.
+
+        A clip that bit (reported norm above ``max_norm``) and divided by the global norm leaves the full
+        gradients' norm at ``max_norm``; ``layer_norms`` are full-tensor norms (reduced over every mesh
+        dimension), so a total away from ``max_norm`` means the clip's norm was not the global one: per shard
+        (the total comes out about √shards above ``max_norm``) or summed over replicas (√replicas below)."""
+        if self.last is None or self.max_norm is None:
+            return None
+        used = float(self.last)
+        finite = layer_norms[torch.isfinite(layer_norms)]
+        if used <= self.max_norm or not finite.numel() or finite.numel() != layer_norms.numel():
+            return None
+        measured = float(finite.double().square().sum().sqrt())
+        ratio = self.max_norm / measured if measured > 0 else math.inf
+        if abs(ratio - 1) <= CLIP_RTOL:
+            return None
+        return (f"the clip reported total norm {used:.4g} > max_norm {self.max_norm:g}, but the full gradients' norm "
+                f"after it is {measured:.4g}, {measured / self.max_norm:.4g}x max_norm (a global clip leaves exactly "
+                f"max_norm): the norm it divided by was {_ratio_text(ratio, world)} the true global norm ("
+                + ("a norm of this rank's shards only" if ratio < 1 else "replicas counted as more shards") + ")")
+
     def preclip(self, layer_norms: torch.Tensor) -> tuple[float, float]:
         """(this step's reported pre-clip total norm or NaN, the factor clipping divided the gradients the
         monitor reads by: 1 unless their measured total sits at ``max_norm`` while the reported one is above)."""
@@ -70,6 +92,15 @@ class ClipCounter:
         if total > self.max_norm and measured > 0 and abs(measured - self.max_norm) <= CLIP_RTOL * self.max_norm:
             return total, total / measured
         return total, 1.0
+
+
+def _ratio_text(ratio: float, world: int) -> str:
+    """``"1/√2 (0.7071x)"``: the ratio, named as the square root of a rank count when it is one (within 2%)."""
+    for k in range(2, world + 1):
+        for value, text in ((math.sqrt(k), f"√{k}"), (1 / math.sqrt(k), f"1/√{k}")):
+            if abs(ratio - value) <= 0.02 * value:
+                return f"{text} ({ratio:.4g}x)"
+    return f"{ratio:.4g}x"
 
 
 class UpdateTracker:
