@@ -82,6 +82,9 @@ class GradientMonitor:
     - ``not-in-optimizer``: with ``optimizer``, a parameter with a gradient in no param group; without it, one
       whose version and norm stay put between recorded steps while others move. Its never-cleared ``.grad``
       is not blamed on a missing ``zero_grad``. A param group with ``lr=0`` is told apart: ``update-size``.
+    - ``clip-norm`` (under sharding, given ``step(grad_norm=, max_norm=)``): a clip that bit must leave the full
+      gradients' norm at ``max_norm``; away from it, the clip divided by a norm that was not the global one (per
+      shard: about √shards above; replicas counted as shards: √replicas below), named with the ratio.
     - ``no-grad``, ``spike`` (on pre-clip norms: a step that ``clip_grad_norm_`` clipped, reported with
       ``step(grad_norm=, max_norm=)``, is judged by its norms before clipping), ``update-size``
       (``optimizer`` needed; costs one copy of the weights, on recorded steps only; ``update_ratio=False``
