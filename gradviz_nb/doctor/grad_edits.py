@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from gradviz_nb.tracing.places import source_line
+
 __all__ = ["GradEdit", "GradEdits", "caller_api", "clip_arguments"]
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gradviz_nb/
@@ -39,7 +41,7 @@ def caller_api() -> tuple[str, str]:
             if not name.split(".")[-1].startswith("_") and "<locals>" not in name:
                 api = name
         elif not ours:
-            return f"{os.path.basename(path)}:{frame.f_lineno}", api
+            return source_line(path, frame.f_lineno), api
         frame = frame.f_back
     return "", api
 

@@ -39,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 from gradviz_nb.doctor.grad_edits import GradEdit, GradEdits
 from gradviz_nb.doctor.values_watch import DataWrite, FunctionCall, ValueWatch
 from gradviz_nb.probes.owned import for_this_thread, in_this_thread
+from gradviz_nb.tracing.places import source_line
 
 __all__ = ["Backward", "Foreign", "OptimizerStep", "SchedulerStep", "StepEvents", "StepWatch", "ZeroGrad",
            "caller_line"]
@@ -54,7 +55,7 @@ def caller_line() -> str:
         path = os.path.abspath(frame.f_code.co_filename)
         inside_lib = path.startswith(_HERE) and "bugzoo" not in path
         if not inside_lib and not path.startswith(_TORCH) and not path.startswith("<"):
-            return f"{os.path.basename(path)}:{frame.f_lineno}"
+            return source_line(path, frame.f_lineno)
         frame = frame.f_back
     return ""
 

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from gradviz_nb.tracing.places import source_line
+
 __all__ = ["WATCHED", "Evidence", "checkpoint_call_line", "clamp_tie_derivative", "hook_name", "hook_wrapper",
            "saturation_stats"]
 
@@ -196,7 +198,7 @@ def hook_name(hook: Any) -> str:
     """A hook's name for evidence: its qualified name and where it is defined (``file:line``)."""
     name = getattr(hook, "__qualname__", None) or type(hook).__name__
     code = getattr(hook, "__code__", None)
-    return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else str(name)
+    return f"{name} ({source_line(code.co_filename, code.co_firstlineno)})" if code is not None else str(name)
 
 
 def checkpoint_call_line(is_library: Callable[[str], bool]) -> str:
@@ -210,6 +212,6 @@ def checkpoint_call_line(is_library: Callable[[str], bool]) -> str:
             inside = code.co_name == "forward" and code.co_filename.endswith("checkpoint.py") and \
                 "ctx" in frame.f_locals and "run_function" in frame.f_locals
         elif not is_library(code.co_filename):
-            return f"{code.co_filename}:{frame.f_lineno}"
+            return source_line(code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return ""

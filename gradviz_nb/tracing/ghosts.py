@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.tracing.evidence import Evidence
+from gradviz_nb.tracing.places import source_line
 from gradviz_nb.tracing.walk import anchor
 
 if TYPE_CHECKING:
@@ -75,12 +76,13 @@ def made_by_user() -> bool:
 
 
 def user_line() -> str:
-    """``file:line`` of the innermost frame of user code (outside torch and gradviz_nb's tools), or ``""``."""
+    """Where the innermost frame of user code is (outside torch and gradviz_nb's tools): ``cell [3], line 13``
+    or ``file:line`` (:mod:`gradviz_nb.tracing.places`), or ``""``."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not is_library(name):
-            return f"{name}:{frame.f_lineno}"
+            return source_line(name, frame.f_lineno)
         frame = frame.f_back
     return ""
 

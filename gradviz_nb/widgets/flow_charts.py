@@ -12,6 +12,7 @@ inline bundle once per kernel (``force=True`` again, e.g. after reloading the pa
 
 from __future__ import annotations
 
+import html
 import itertools
 import math
 from collections.abc import Sequence
@@ -126,10 +127,26 @@ def _subtitle(fig: Any, prefix: str) -> None:
                        "above")
 
 
-def _hover(**options: Any) -> HoverTool:
-    """A HoverTool whose tooltip opens below the pointer: in the Dashboard the graph sits above the charts,
-    and Bokeh's default (beside the pointer, centred on it) let a tall tooltip on a top row cover it."""
-    return HoverTool(attachment="below", **options)
+TOOLTIP_WIDTH = 320
+"""px: the widest a chart's tooltip grows; longer texts (a flag's reason) wrap inside it."""
+
+
+def tooltip_template(rows: Sequence[tuple[str, str]]) -> str:
+    """Bokeh tooltip rows (``(label, "@field")``) as one bounded HTML template: at most
+    :data:`TOOLTIP_WIDTH` px wide, each value wrapping under its label instead of running off the chart, in
+    a compact 11 px grid. Labels are ours (escaped here); Bokeh escapes every ``@field`` value it fills in."""
+    cells = "".join(
+        f"<span style='opacity: 0.7; white-space: nowrap'>{html.escape(label)}</span>"
+        f"<span style='overflow-wrap: anywhere; min-width: 0'>{field}</span>" for label, field in rows)
+    return (f"<div style='display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 1px 8px; "
+            f"max-width: {TOOLTIP_WIDTH}px; white-space: normal; font-size: 11px; line-height: 1.35'>{cells}</div>")
+
+
+def _hover(tooltips: Sequence[tuple[str, str]], **options: Any) -> HoverTool:
+    """A HoverTool whose tooltip opens below the pointer (in the Dashboard the graph sits above the charts,
+    and Bokeh's default, beside the pointer and centred on it, let a tall tooltip on a top row cover it), in
+    a bounded, wrapping box (:func:`tooltip_template`): a flag's long reason never runs off the chart."""
+    return HoverTool(attachment="below", tooltips=tooltip_template(tooltips), **options)
 
 
 def _fmt(x: float) -> str:

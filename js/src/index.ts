@@ -129,7 +129,10 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   // The callbacks run after `core` exists (on user events), so they may name it here.
   const theme = readTheme(root);
   const view = new GraphView(canvas, theme, {
-    tap: run("a click", (key: string, kind: string, shift: boolean) => tapElement(core, key, kind, shift)),
+    tap: run("a click", (key: string, kind: string, shift: boolean) => {
+      tapElement(core, key, kind, shift);
+      tooltip.update(tooltipText(core, key)); // the hovered box's tooltip says what the click made of it
+    }),
     tapEdge: run("a click on an edge", (key: string) => tapEdge(core, key)),
     background: run("a click", () => setSelected(core, "")),
     hover: run("the pointer", (key: string | null, client: { x: number; y: number }) => {

@@ -157,24 +157,32 @@ test("why: a button until asked, one request per leaf, then the answer's rows; e
   f.loaded?.();
   const leaf = core.payload.nodes.find((n) => n.kind === "leaf")!;
   const op = core.payload.nodes.find((n) => n.kind === "op")!;
-  assert.deepEqual(f.details?.(op), []);
-  const first = f.details?.(leaf) ?? [];
+  const lead = (n: typeof leaf) => f.leadDetails?.(n)?.rows ?? [];
+  assert.equal(f.leadDetails?.(op), null);
+  assert.equal(f.leadDetails?.(leaf)?.collapse, false, "the facts stay open until an answer leads");
+  const first = lead(leaf);
   assert.equal(first.length, 1);
   const button = first[0][2] as RowAction;
   assert.equal(button.testid, "gradviz-why");
   button.run();
   button.run(); // asked once
   assert.deepEqual(sent.map((m) => [m.kind, m.body]), [["why", { node: leaf.id }]]);
-  assert.deepEqual(f.details?.(leaf), [["why", ASKING]]);
+  assert.deepEqual(lead(leaf), [["why", ASKING]]);
   assert.equal(f.hooks?.whyOf(leaf.id), "waiting");
   core.messenger.receive({ id: sent[0].id, kind: "reply", ok: true, body: { node: leaf.id, missing: "", answer: { name: "embed.weight", status: "none", kind: "detached", cause: "x.detach() in embed", evidence: "line 12", fix: "drop the detach", node: "4" } } });
-  const rows = f.details?.(leaf) ?? [];
-  assert.deepEqual(rows.slice(0, 4), [["why", "no gradient (.grad is None) · detached"], ["  cause", "x.detach() in embed"], ["  evidence", "line 12"], ["  fix", "drop the detach"]]);
+  const rows = lead(leaf);
+  // cause and fix first (a narrow panel shows them), then the evidence; the leaf's facts fold away under them
+  assert.deepEqual(rows.slice(0, 4), [["why", "no gradient (.grad is None) · detached"], ["  cause", "x.detach() in embed"], ["  fix", "drop the detach"], ["  evidence", "line 12"]]);
+  assert.equal(f.leadDetails?.(leaf)?.collapse, true);
   assert.equal((rows[4][2] as RowAction).testid, "gradviz-why-show");
+  // the node the cause is at is named by its op and module, never by its id
+  const at = core.payload.nodes.find((n) => n.id === "4")!;
+  assert.equal(rows[4][1], at.module ? `${at.op || at.label} in ${at.module}` : at.op || at.label);
+  assert.doesNotMatch(rows[4][1], /^\d+$|^n\d+$/);
   const other = core.payload.nodes.filter((n) => n.kind === "leaf")[1];
   f.hooks?.askWhy(other.id);
   core.messenger.receive({ id: sent[1].id, kind: "reply", ok: false, error: "why: boom" });
-  assert.deepEqual(f.details?.(other), [["why", "not answered: why: boom"]]);
+  assert.deepEqual(lead(other), [["why", "not answered: why: boom"]]);
   assert.deepEqual(whyRows(true, { node: "n", answer: null, missing: "not saved in this export" }, () => {}), [["why", "not saved in this export"]]);
   assert.deepEqual(whyRows(true, { node: "n", answer: { name: "w", status: "ok", kind: "", cause: "", evidence: "", fix: "", node: "" }, missing: "" }, () => {}), [["why", "its gradient is fine"]]);
   f.loaded?.(); // a new payload forgets the answers

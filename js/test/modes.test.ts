@@ -44,6 +44,14 @@ for (const spec of [WHATIF_MODE, CHECKPOINT_MODE]) {
     withFakeDom(() => mode.show({ visible: true, summary: "2 of 5 lose gradient", bad: true, marked: true, canVerify: true }, null));
     assert.equal(panel.hidden, false);
     assert.equal(status.byTestId(spec.summary.testid)!.textContent, "2 of 5 lose gradient");
+    // The verdict leads the summary in its own (bad) element; the costs follow it.
+    withFakeDom(() => mode.show({ visible: true, verdict: "12 leaves lose gradient", summary: "578.6 KiB → 0 B", bad: true, marked: true, canVerify: true }, null));
+    const verdict = status.byTestId(`${spec.summary.testid}-verdict`)!;
+    assert.equal(verdict.hidden, false);
+    assert.ok(verdict.classList.contains("gradviz-wi-bad"));
+    assert.equal(status.byTestId(spec.summary.testid)!.textContent, "12 leaves lose gradient · 578.6 KiB → 0 B");
+    withFakeDom(() => mode.show({ visible: true, summary: "2 of 5 lose gradient", bad: true, marked: true, canVerify: true }, null));
+    assert.equal(verdict.hidden, true);
     assert.equal(status.byTestId(spec.hint.testid)!.hidden, true, "the hint goes once something is marked");
 
     withFakeDom(() => status.byTestId(spec.verify.testid)!.dispatch("click"));
@@ -57,8 +65,13 @@ for (const spec of [WHATIF_MODE, CHECKPOINT_MODE]) {
     withFakeDom(() => mode.show({ visible: false, summary: "", bad: false, marked: false, canVerify: false }, { lines: [["", "Verified."]], level: "ok", stale: true }));
     const banner = status.byTestId(spec.banner.testid)!;
     assert.equal(panel.hidden, false, "a banner shows on its own");
-    assert.ok(banner.classList.contains("gradviz-verified-ok") && banner.classList.contains("gradviz-verified-stale"));
-    assert.equal(banner.textContent, `Verified.${spec.banner.stale}`);
+    // A re-run of earlier marks: labelled first, grey, never in its verdict's colour.
+    assert.ok(banner.classList.contains("gradviz-verified-stale") && !banner.classList.contains("gradviz-verified-ok"));
+    assert.equal(banner.textContent, `${spec.banner.stale}Verified.`);
+    withFakeDom(() => mode.show({ visible: true, summary: "", bad: false, marked: true, canVerify: false }, { lines: [["", "Prediction and PyTorch disagree"]], level: "bad", stale: true }));
+    assert.ok(!banner.classList.contains("gradviz-verified-bad"), "a stale disagreement is not red");
+    withFakeDom(() => mode.show({ visible: true, summary: "", bad: false, marked: true, canVerify: false }, { lines: [["", "Prediction and PyTorch disagree"]], level: "bad", stale: false }));
+    assert.ok(banner.classList.contains("gradviz-verified-bad"), "a current one is");
   });
 }
 

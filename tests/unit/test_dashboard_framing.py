@@ -11,7 +11,7 @@ from torch import nn
 import gradviz_nb as gv
 from gradviz_nb.tracing import Capture
 from gradviz_nb.widgets import page
-from gradviz_nb.widgets.flow_charts import chart_layers, short_names
+from gradviz_nb.widgets.flow_charts import TOOLTIP_WIDTH, chart_layers, short_names, tooltip_template
 from gradviz_nb.widgets.names import MIN_PREFIX_PARTS, common_parts, graph_prefix
 
 
@@ -82,6 +82,9 @@ def test_dashboard_tooltips_open_below_and_its_text_never_says_nan() -> None:
     hovers = list(doc.select({"type": HoverTool}))
     assert len(hovers) >= 2  # the bars' and the histogram's
     assert {h.attachment for h in hovers} == {"below"}
+    # bounded and wrapping: a flag's long reason wraps inside TOOLTIP_WIDTH instead of running off the chart
+    assert all(isinstance(h.tooltips, str) and f"max-width: {TOOLTIP_WIDTH}px" in h.tooltips
+               and "white-space: normal" in h.tooltips for h in hovers), [h.tooltips for h in hovers]
     # the charts strip the same parts of the names as the graph
     assert short_names([m.path for m in chart_layers(dash.flow)])[0] == "wrapper.net."
     dash.select("wrapper.net.cut")
@@ -99,3 +102,11 @@ def test_monitor_chart_tooltips_open_below() -> None:
     hovers = list(layout.select({"type": HoverTool}))
     monitor.close()
     assert len(hovers) >= 4 and {h.attachment for h in hovers} == {"below"}
+    assert all(isinstance(h.tooltips, str) and f"max-width: {TOOLTIP_WIDTH}px" in h.tooltips for h in hovers)
+
+
+def test_tooltip_template_keeps_every_field_and_escapes_its_labels() -> None:
+    text = tooltip_template([("layer", "@layer"), ("a<b", "@x{0.00}"), ("why", "@flags")])
+    assert "@layer" in text and "@x{0.00}" in text and "@flags" in text  # Bokeh fills (and escapes) them
+    assert "a&lt;b" in text and "a<b" not in text
+    assert text.count("overflow-wrap: anywhere") == 3

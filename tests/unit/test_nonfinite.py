@@ -27,11 +27,12 @@ from gradviz_nb.probes.nonfinite.find import _finite, _watched_run
 
 
 def _line_of(obj: Any, text: str) -> str:
-    """``file:line`` of the first line of ``obj``'s source containing ``text``."""
+    """``file:line`` of the first line of ``obj``'s source containing ``text`` (relative to the working
+    directory, as every source location reads)."""
     lines, start = inspect.getsourcelines(obj)
     for i, line in enumerate(lines):
         if text in line:
-            return f"{inspect.getsourcefile(obj)}:{start + i}"
+            return f"{os.path.relpath(str(inspect.getsourcefile(obj)))}:{start + i}"
     raise AssertionError(f"{text!r} not in the source of {obj}")
 
 

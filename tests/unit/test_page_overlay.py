@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.demo_models import MLP
@@ -41,13 +42,34 @@ def test_flow_detail_lists_each_boxs_parameters_with_their_measured_norms() -> N
         rows = dict(detail.get(f"call:{call}", []))
         for p in (p for p in flow.params if p.module == path):
             short = p.name[len(path) + 1:]
-            assert rows[short] == (f"{p.norm:.3g}" if p.has_grad else "no gradient"), (call, short)
+            grad = f"grad norm {p.norm:.3g}" if p.has_grad else "no gradient"
+            assert rows[short] == f"{grad} · weight norm {p.weight_norm:.3g}", (call, short)
     fc2 = detail[f"call:{next(c for c, path in boxes.items() if path == 'fc2')}"]
-    assert fc2[-1] == ("bias", "no gradient")  # no gradient last, the largest norm first
-    norms = [float(t) for _, t in fc2 if t != "no gradient"]
+    assert fc2[-1][0] == "bias" and fc2[-1][1].startswith("no gradient")  # no gradient last, the largest first
+    norms = [float(t.split()[2]) for _, t in fc2 if t.startswith("grad norm ")]
     assert norms == sorted(norms, reverse=True) and all(math.isfinite(n) for n in norms)
     w = gv.GraphWidget(g, overlay=flow)
     assert w.overlay["detail"] == ov["detail"]  # the trait keeps the rows
+
+
+def test_flow_detail_names_each_number_a_zero_weight_is_never_shown_as_its_gradient_norm() -> None:
+    """A LoRA-style zero-initialised weight with a non-zero gradient: the row says "grad norm" for the
+    gradient (what PyTorch's .grad holds) and "weight all zero" for the weight, never "weight 0.098"."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    with torch.no_grad():
+        model[1].weight.zero_()
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(5, 4)).pow(2).sum()
+    g = gv.trace(loss, model=model, capture=cap)
+    loss.backward()
+    ov = page.overlay(gv.gradient_flow(model, graph=g, capture=cap), graph=g)
+    call = next(c["id"] for c in g.calls if c["path"] == "1")
+    rows = dict(ov["detail"][f"call:{call}"])
+    truth = model[1].weight.grad
+    assert truth is not None and float(truth.norm()) > 0
+    assert rows["weight"] == f"grad norm {float(truth.norm()):.3g} · weight all zero"
+    assert not rows["weight"].startswith(f"{float(truth.norm()):.3g}")
 
 
 def test_overlay_detail_is_checked_against_the_contract() -> None:

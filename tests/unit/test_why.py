@@ -5,6 +5,7 @@ gradient appear in a re-run and leaves the model as it was."""
 from __future__ import annotations
 
 import inspect
+import os
 import warnings
 from collections.abc import Callable
 
@@ -23,7 +24,7 @@ def line_of(marker: str) -> str:
     """``file:line`` of the line in this file that holds ``marker`` (where the bug is planted)."""
     lines, start = inspect.getsourcelines(Net.forward)
     offset = next(i for i, text in enumerate(lines) if marker in text)
-    return f"{__file__}:{start + offset}"
+    return f"{os.path.relpath(__file__)}:{start + offset}"  # relative to the working directory
 
 
 class Cut(torch.autograd.Function):

@@ -3,6 +3,8 @@ zero (or the edge where a hook changed it), with its op, line, module and factor
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -77,6 +79,8 @@ def test_the_node_that_sent_zero_is_named_with_its_line_and_the_hook_fix_is_prov
     assert words in w.cause, w.cause
     if marker:
         assert _line(marker) in w.cause, (w.cause, _line(marker))
+    # the answer names ops and modules, never the graph's internal node ids ("node n12")
+    assert w.node and not re.search(rf"\b{re.escape(w.node)}\b|\bnode n\d+", f"{w.cause} {w.evidence}"), w
     if kind == "zero-derivative" or mode == "tensor_hook":
         assert w.node and ("factor 0" in w.evidence or "returned norm 0" in w.evidence), w.evidence
     if kind == "hook-zeroed":

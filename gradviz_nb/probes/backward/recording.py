@@ -364,7 +364,7 @@ def _backward_error(
     where = ""
     if node is not None:
         attrs = graph.nx.nodes[node]
-        where = f" in {attrs['op']} (node {node}" + (f", module {attrs['module']}" if attrs.get("module") else "") + ")"
+        where = f" in {attrs['op']}" + (f" (module {attrs['module']})" if attrs.get("module") else "")
     if "backward through the graph a second time" in text or "already been freed" in text:
         return _freed(where)
     found = _INPLACE.search(text)

@@ -31,6 +31,7 @@ from gradviz_nb.kinds import Kind, fix_for
 from gradviz_nb.probes.causes.zeros import Lost, expected_zero
 from gradviz_nb.tracing import AutogradGraph
 from gradviz_nb.tracing.evidence import Evidence, hook_name
+from gradviz_nb.tracing.places import source_file, split_line
 
 __all__ = ["CUT_KINDS", "Cause", "events_from_ghosts", "explain", "first_cut", "grad_status"]
 
@@ -296,12 +297,12 @@ def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, co
         hook = hook_name(b.hook)
         return Cause(status, "hook-zeroed", f"the full backward hook {hook} of module {attrs.get('module')!r} "
                      "passes no gradient back", f"every path from {name} to the loss runs through the backward hook "
-                     f"node of {attrs.get('module')!r} ({b.node}), {name}'s gradient is exactly zero, and no op on "
+                     f"node of {attrs.get('module')!r}, {name}'s gradient is exactly zero, and no op on "
                      f"those paths has a zero derivative{more}", fix_for("hook-zeroed"), b.node, hook=b.hook)
     if b.kind == "custom-backward":
         return Cause(status, "custom-backward", f"the custom autograd.Function {attrs['op']}{module} passes no "
-                     "gradient back to it", f"every path from {name} to the loss runs through {attrs['op']} (node "
-                     f"{b.node}), and {name}'s gradient is {status}: its backward returned None or zero for that "
+                     "gradient back to it", f"every path from {name} to the loss runs through {attrs['op']}{module}, "
+                     f"and {name}'s gradient is {status}: its backward returned None or zero for that "
                      f"input{more}; gv.gradcheck(fn, inputs) compares it with finite differences",
                      fix_for("custom-backward"), b.node)
     if b.kind == "saturated" and e is not None:
@@ -309,7 +310,7 @@ def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, co
     line = f" at {e.line}" if e is not None and e.line else ""
     op = e.op if e is not None else str(attrs["op"]).removesuffix("Backward0").lower()
     return Cause(status, "zero-derivative", f"{op}{line}{module} has a zero derivative",
-                 f"every path from {name} to the loss passes through {attrs['op']} (node {b.node}), whose local "
+                 f"every path from {name} to the loss passes through {attrs['op']}{module}, whose local "
                  f"derivative is 0 everywhere{more}", fix_for("zero-derivative"), b.node, e)
 
 
@@ -363,22 +364,33 @@ def _module_hooks(model: nn.Module | None, module: str) -> tuple[str, Any] | Non
 
 
 def _forward_hook_at(model: nn.Module | None, line: str) -> tuple[str, Any] | None:
-    """The module forward (pre-)hook whose code holds ``line`` (``file:line``): ``(module path, hook)``."""
-    if model is None or ":" not in line:
+    """The module forward (pre-)hook whose code holds ``line`` (as ``places.source_line`` wrote it):
+    ``(module path, hook)``."""
+    place = split_line(line) if model is not None else None
+    if model is None or place is None:
         return None
-    filename, _, number = line.rpartition(":")
-    if not number.isdigit():
-        return None
+    filename, number = place
     for path, m in model.named_modules():
         for attr in _FORWARD_HOOKS:
             for hook in (getattr(m, attr, None) or {}).values():
                 code = getattr(getattr(hook, "__wrapped__", hook), "__code__", None)
-                if code is None or code.co_filename != filename:
+                if code is None or source_file(code.co_filename) != filename:
                     continue
                 last = max((n for _, _, n in code.co_lines() if n is not None), default=code.co_firstlineno)
-                if code.co_firstlineno <= int(number) <= last:
+                if code.co_firstlineno <= number <= last:
                     return path, hook
     return None
+
+
+def _op_in(graph: AutogradGraph, node: str) -> str:
+    """A node in the user's words (its op and module, never its id): ``MulBackward0 in module 'fc'``."""
+    attrs = graph.nx.nodes[node] if node in graph.nx else {}
+    if attrs.get("kind") == "leaf":
+        names = attrs.get("names") or []
+        return f"leaf {names[0]}" if names else "a leaf"
+    op = attrs.get("op") or "an op"
+    module = attrs.get("module")
+    return f"{op} in module {module!r}" if module else str(op)
 
 
 def lost_cause(status: str, name: str, graph: AutogradGraph, lost: Lost, events: Sequence[Evidence],
@@ -390,7 +402,7 @@ def lost_cause(status: str, name: str, graph: AutogradGraph, lost: Lost, events:
     line = next((e.line for e in evs if e.line), "") or (lines or {}).get(seq, "")
     at = f" at {line}" if line else ""
     where = f" in module {lost.module!r}" if lost.module else ""
-    measured = (f"measured in the backward: node {lost.node} ({lost.op}{where}) received a gradient of norm "
+    measured = (f"measured in the backward: {lost.op}{where} received a gradient of norm "
                 f"{lost.received:.3g} and sent {lost.sent:.3g} towards {name} (factor {lost.factor:.3g})")
     hook_event = next((e for e in evs if e.kind == "hook"), None)
     if lost.between:
@@ -398,10 +410,11 @@ def lost_cause(status: str, name: str, graph: AutogradGraph, lost: Lost, events:
             return _hook_cause(status, name, hook_event, lost.node)
         found = _module_hooks(model, lost.module) if lost.op == "BackwardHookFunctionBackward" else None
         what = (f"the backward hook {hook_name(found[1])} of module {found[0]!r}" if found is not None else
-                f"a hook on the gradient between node {lost.between} and node {lost.node}")
+                f"a hook on the gradient between {_op_in(graph, lost.between)} and {lost.op}{where}")
         return Cause(status, "hook-zeroed", f"{what} turned a non-zero gradient into zero",
-                     f"measured in the backward: node {lost.between} sent a gradient of norm {lost.received:.3g}, and "
-                     f"node {lost.node} ({lost.op}{where}) received zero", fix_for("hook-zeroed"), lost.node,
+                     f"measured in the backward: {_op_in(graph, lost.between)} sent a gradient of norm "
+                     f"{lost.received:.3g}, and "
+                     f"{lost.op}{where} received zero", fix_for("hook-zeroed"), lost.node,
                      hook=found[1] if found is not None else None)
     if lost.op == "BackwardHookFunctionBackward" or hook_event is not None:
         found = _module_hooks(model, lost.module)

@@ -23,6 +23,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from gradviz_nb.probes.nonfinite.found import NonFinite, Site, _Birth, classify, input_info
 from gradviz_nb.probes.owned import for_this_thread, in_this_thread
+from gradviz_nb.tracing.places import source_line
 
 _GB = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the gradviz_nb package
 # Library code between an op and the user's line: torch and gradviz_nb's library layers. The bug zoo and
@@ -97,7 +98,7 @@ def _user_line(cache: dict[Any, bool]) -> str:
         if lib is None:
             lib = cache[code] = code.co_filename.startswith(_LIBRARY_DIRS)
         if not lib:
-            return f"{code.co_filename}:{frame.f_lineno}"
+            return source_line(code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return ""
 

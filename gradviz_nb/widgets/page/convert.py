@@ -25,7 +25,7 @@ from gradviz_nb.doctor.findings import Diagnosis
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import KINDS, Kind
 from gradviz_nb.probes.backward import SMALL, BackwardRecording, GradStats, Step, as_list
-from gradviz_nb.probes.flow import GradientFlow
+from gradviz_nb.probes.flow import GradientFlow, ParamStats
 from gradviz_nb.probes.gradcheck import OVERLAY_TITLE as GRADCHECK_TITLE
 from gradviz_nb.probes.gradcheck import GradCheck
 from gradviz_nb.tracing.graph import AutogradGraph
@@ -124,6 +124,15 @@ def _flow_value(norm: float) -> str:
     return f"{norm:.3g}" if math.isfinite(norm) else str(norm)
 
 
+def flow_row_text(p: ParamStats) -> str:
+    """One parameter's numbers in a box's details, each named for what it is: the gradient's L2 norm (or
+    "no gradient"), then the weight's own L2 norm, so a gradient norm is never read as the weight."""
+    grad = f"grad norm {_flow_value(p.norm)}" if p.has_grad else "no gradient"
+    nonfinite = f" · {p.nonfinite} non-finite" if p.nonfinite else ""
+    weight = "weight all zero" if p.weight_norm == 0 else f"weight norm {_flow_value(p.weight_norm)}"
+    return f"{grad}{nonfinite} · {weight}"
+
+
 def flow_detail(flow: GradientFlow, graph: AutogradGraph) -> dict[str, list[OverlayRow]]:
     """Each module box's parameters (``"call:<id>"`` -> one row per parameter directly or further inside:
     its name relative to the module and its gradient norm, or why it has none), largest norm first."""
@@ -137,8 +146,7 @@ def flow_detail(flow: GradientFlow, graph: AutogradGraph) -> dict[str, list[Over
         rows: list[OverlayRow] = []
         for p in inside:
             name = p.name[len(path) + 1:] if path and p.name.startswith(path + ".") else p.name
-            text = _flow_value(p.norm) if p.has_grad else "no gradient"
-            rows.append((name, text + (f" · {p.nonfinite} non-finite" if p.nonfinite else "")))
+            rows.append((name, flow_row_text(p)))
         detail[f"call:{call['id']}"] = rows
     return detail
 

@@ -4,7 +4,7 @@
 // overlap. A new view is one folder under `features/` plus one entry in that list.
 import type { StylesheetJson } from "cytoscape";
 import type { GraphNode, ModuleCall } from "../payload";
-import type { DetailRow } from "../panels/details";
+import type { DetailRow, LeadRows } from "../panels/details";
 import type { VisibleGraph } from "../state/quotient";
 import type { Theme } from "../view/theme";
 import type { LegendSpec } from "../panels/legend";
@@ -73,6 +73,9 @@ export interface Feature<Hooks extends object = object> {
   tooltip?(key: string): string;
   /** Extra rows of the details panel for a selected node (a row may carry a button, see `DetailRow`). */
   details?(node: GraphNode): DetailRow[];
+  /** Rows that lead the details panel of a selected node, above its facts (an answer the user asked for);
+   *  `collapse` closes the facts under a disclosure after them. Null: none. */
+  leadDetails?(node: GraphNode): LeadRows | null;
   /** Extra rows of the details panel for a selected module box. */
   callDetails?(call: ModuleCall): DetailRow[];
   /** A click on a node or box; true when the feature handled it (later features and the core then don't). */

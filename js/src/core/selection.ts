@@ -3,7 +3,7 @@ import type { GraphNode } from "../payload";
 import { callDetails, nodeDetails, nodeTitle } from "../state/labels";
 import { callKey, nodeKey } from "../state/quotient";
 import { graphIndex } from "../state/graphindex";
-import type { DetailRow } from "../panels/details";
+import type { DetailRow, LeadRows } from "../panels/details";
 import type { Core } from "./context";
 
 export function nodeById(ctx: Core, id: string): GraphNode | undefined {
@@ -31,8 +31,17 @@ export function showSelection(ctx: Core): void {
   const call = !node && id ? ctx.index.calls.get(id) : undefined;
   if (node) {
     const rows: DetailRow[] = nodeDetails(node);
-    for (const f of ctx.features) rows.push(...(f.details?.(node) ?? []));
-    details.show(nodeTitle(node), rows);
+    const lead: DetailRow[] = [];
+    let collapse = false;
+    for (const f of ctx.features) {
+      rows.push(...(f.details?.(node) ?? []));
+      const first: LeadRows | null | undefined = f.leadDetails?.(node);
+      if (first) {
+        lead.push(...first.rows);
+        collapse ||= first.collapse;
+      }
+    }
+    details.show(nodeTitle(node), rows, { rows: lead, collapse });
     view.select(nodeKey(node.id));
   } else if (call) {
     const rows: DetailRow[] = callDetails(call, call.size || ctx.index.size.get(call.id) || 0);

@@ -91,6 +91,8 @@ export function createLegend(onChange: () => void = () => {}): Legend {
 export interface Tooltip {
   element: HTMLElement;
   show(text: string, client: { x: number; y: number }, host: HTMLElement): void;
+  /** New text for a tooltip on screen (a click changed what it describes); hidden when `text` is empty. */
+  update(text: string): void;
   hide(): void;
 }
 
@@ -109,6 +111,11 @@ export function createTooltip(): Tooltip {
       element.style.left = `${Math.max(0, client.x - r.left + 12)}px`;
       element.style.top = `${Math.max(0, client.y - r.top + 12)}px`;
       element.hidden = false;
+    },
+    update(text) {
+      if (element.hidden) return;
+      if (text) setText(element, text);
+      else element.hidden = true;
     },
     hide() {
       element.hidden = true;

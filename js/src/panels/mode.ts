@@ -34,6 +34,9 @@ export interface ModeState {
   visible: boolean;
   mode: boolean;
   summary: string;
+  /** The verdict a user came for ("12 leaves lose gradient"), shown before the summary in the bad colour;
+   *  "" or absent when there is none. */
+  verdict?: string;
   /** The summary is a warning (something loses its gradient). */
   bad: boolean;
   marked: boolean;
@@ -75,7 +78,11 @@ export function createModePanel(spec: ModeSpec, actions: ModeActions): ModePanel
     spec.button.label,
   );
   button.addEventListener("click", actions.toggle);
-  const summary = h("span", { class: spec.summary.className, "data-testid": spec.summary.testid, role: "status" });
+  const verdict = h("span", { class: "gradviz-wi-verdict gradviz-wi-bad", "data-testid": `${spec.summary.testid}-verdict` });
+  verdict.hidden = true;
+  const summary = h("span", { class: spec.summary.className, "data-testid": spec.summary.testid, role: "status" }, verdict);
+  const summaryText = h("span", {});
+  summary.append(summaryText);
   const hint = h("span", { class: "gradviz-wi-hint", "data-testid": spec.hint.testid }, spec.hint.text);
   const clear = h("button", { type: "button", "data-testid": spec.clear.testid, title: spec.clear.title }, spec.clear.label);
   clear.addEventListener("click", actions.clear);
@@ -97,9 +104,11 @@ export function createModePanel(spec: ModeSpec, actions: ModeActions): ModePanel
     setMode(on) {
       button.setAttribute("aria-pressed", String(on));
     },
-    update({ visible, mode, summary: text, bad, marked, canVerify }) {
+    update({ visible, mode, summary: text, verdict: lead, bad, marked, canVerify }) {
       barVisible = visible;
-      setText(summary, text);
+      setText(verdict, lead ?? "");
+      verdict.hidden = !lead;
+      setText(summaryText, lead && text ? ` · ${text}` : text);
       summary.classList.toggle("gradviz-wi-bad", bad);
       hint.hidden = !mode || marked;
       clear.disabled = !marked;
@@ -111,12 +120,12 @@ export function createModePanel(spec: ModeSpec, actions: ModeActions): ModePanel
       banner.className = "gradviz-verified";
       banner.hidden = !b;
       if (b) {
+        // A re-run of earlier marks says so first, greyed, without its verdict's colour: its "disagree" is
+        // about marks that are no longer there, and must not read as the answer for the current ones.
+        if (b.stale) banner.append(h("div", { class: "gradviz-verified-stale-note" }, spec.banner.stale));
         banner.append(...b.lines.map(([cls, l]) => h("div", cls ? { class: cls } : {}, l)));
-        banner.classList.add(`gradviz-verified-${b.level}`);
-        if (b.stale) {
-          banner.classList.add("gradviz-verified-stale");
-          banner.append(h("div", {}, spec.banner.stale));
-        }
+        banner.classList.add(b.stale ? "gradviz-verified-stale" : `gradviz-verified-${b.level}`);
+        banner.setAttribute("data-level", b.level);
       }
       refresh();
     },

@@ -3,7 +3,7 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
 import type { CheckpointTable, GraphPayload } from "../../payload";
-import { cycleMark, evaluate, formatBytes, lostCause, normalizeMarks, summaryText } from "./state";
+import { cycleMark, evaluate, formatBytes, lostCause, normalizeMarks, summaryText, verdictText } from "./state";
 
 const node = (id: string, kind: "op" | "leaf" | "root", call: string, names: string[] = []) => ({
   id, kind, op: kind === "op" ? "MmBackward0" : "", label: id, module: call, call, names, shape: null, dtype: "float32",
@@ -99,5 +99,8 @@ test("marks cycle and normalise; text", () => {
   assert.deepEqual(cycleMark({ b0: "reentrant" }, "b0"), {});
   assert.deepEqual(normalizeMarks({ b0: "reentrant", b1: "maybe", b2: 3 }), { b0: "reentrant" });
   assert.equal(formatBytes(1536), "1.5 KiB");
-  assert.match(summaryText(evaluate(table, payload, { b0: "reentrant" })), /1 leaf loses gradient \(reentrant b0\)/);
+  const trap = evaluate(table, payload, { b0: "reentrant" });
+  assert.equal(verdictText(trap), "1 leaf loses gradient (reentrant b0)"); // the verdict, apart from the costs
+  assert.doesNotMatch(summaryText(trap), /loses gradient/);
+  assert.equal(verdictText(evaluate(table, payload, { b1: "non_reentrant" })), "");
 });

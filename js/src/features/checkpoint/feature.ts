@@ -11,7 +11,8 @@ import type { Theme } from "../../view/theme";
 import { addClass } from "../../state/classes";
 import { CHECKPOINT_CSS, CHECKPOINT_MODE, checkpointBanner } from "./panel";
 import { createMode } from "../../core/mode";
-import { cycleMark, evaluate, formatBytes, hasTable, lostCause, normalizeMarks, sameMarks, summaryText, type CheckpointAnswer, type Marks } from "./state";
+import { nodeKey } from "../../state/quotient";
+import { cycleMark, evaluate, formatBytes, hasTable, lostCause, normalizeMarks, sameMarks, summaryText, verdictText, type CheckpointAnswer, type Marks } from "./state";
 
 export interface CheckpointHooks {
   /** The answer for the current marks (null: the graph has no table). */
@@ -56,6 +57,7 @@ export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): 
     mode.show(
       {
         visible: mode.on || marked,
+        verdict: a ? verdictText(a) : "",
         summary: a ? summaryText(a) : "This graph has no module calls to checkpoint (trace under gv.capture).",
         bad: !!a && a.lost.length > 0,
         marked,
@@ -88,6 +90,11 @@ export const checkpoint: FeatureFactory<CheckpointHooks> = (core: Core, slots): 
       recompute();
     },
     decorate: () => decorateMarks(core, ck.answer, ck.marks),
+    subject() {
+      // The view is about what the marks cost in gradients: the first leaves they cut off (an adapter).
+      const lost = ck.answer?.lost ?? [];
+      return lost.length ? { keys: lost.slice(0, 4).map(nodeKey), withLoss: false, name: "the leaves losing gradient" } : null;
+    },
     painted: updatePanel,
     tooltip(key) {
       const a = ck.answer;

@@ -373,7 +373,15 @@ export function difference(before: number, after: number): string {
   return `${formatBytes(Math.abs(before - after))} ${after < before ? "less" : "more"}`;
 }
 
-/** The summary line the panel shows. */
+/** The verdict a user came for, which leads the status line in the bad colour: the leaves the marks cut
+ *  off ("12 leaves lose gradient (reentrant blocks.0 …)"), or "" when none. */
+export function verdictText(a: CheckpointAnswer): string {
+  if (!a.lost.length) return "";
+  const cut = a.cut.length > 2 ? `${a.cut[0]} … ${a.cut[a.cut.length - 1]}` : a.cut.join(", ");
+  return `${a.lost.length} ${a.lost.length === 1 ? "leaf loses" : "leaves lose"} gradient (reentrant ${cut})`;
+}
+
+/** The costs after the verdict: bytes saved for backward, what backward re-runs, what is not exact. */
 export function summaryText(a: CheckpointAnswer): string {
   if (!a.outer.length) return "No box checkpointed: shift-click a module box (or click it in checkpoint mode).";
   const share = a.forwardFlops ? a.recomputedFlops / a.forwardFlops : a.forwardOps ? a.recomputedOps / a.forwardOps : 0;
@@ -384,7 +392,6 @@ export function summaryText(a: CheckpointAnswer): string {
     `${count} checkpointed${inner}: saved for backward ${formatBytes(a.before)} → ${formatBytes(a.after)} ` +
     `(${difference(a.before, a.after)}; checkpoints keep ${formatBytes(a.kept)}); ` +
     `backward re-runs ${a.recomputedOps} of ${a.forwardOps} forward ops (${Math.round(share * 100)}% of forward ${basis})`;
-  if (a.lost.length) text += `; ${a.lost.length} ${a.lost.length === 1 ? "leaf loses" : "leaves lose"} gradient (reentrant ${a.cut.join(", ")})`;
   if (a.inexact.length) text += `; not exact: ${a.inexact.join("; ")} (Verify measures it)`;
   return text;
 }

@@ -4,7 +4,7 @@
 import type { Core, FeatureFactory } from "../../core/context";
 import type { Feature } from "../../core/feature";
 import { reveal } from "../../core/reveal";
-import { showSelection } from "../../core/selection";
+import { nodeById, showSelection } from "../../core/selection";
 import type { PageReply, WhyReplyBody } from "../../payload";
 import { readReply, whyRows, type WhyState } from "./state";
 
@@ -37,9 +37,13 @@ export const why: FeatureFactory<WhyHooks> = (core: Core): Feature<WhyHooks> => 
       generation++;
       answers.clear();
     },
-    details(node) {
-      if (node.kind !== "leaf") return [];
-      return whyRows(answers.has(node.id), answers.get(node.id), () => ask(node.id), (id) => void reveal(core, id));
+    // First in the panel, above the leaf's facts; once answered the facts fold away under it, so cause and
+    // fix are what a narrow details column shows.
+    leadDetails(node) {
+      if (node.kind !== "leaf") return null;
+      const state = answers.get(node.id);
+      const rows = whyRows(answers.has(node.id), state, () => ask(node.id), (id) => void reveal(core, id), (id) => placeText(core, id));
+      return { rows, collapse: typeof state === "object" && state !== null && !!state.answer };
     },
     hooks: {
       whyOf: (nodeId) => (answers.has(nodeId) ? (answers.get(nodeId) ?? "waiting") : null),
@@ -47,3 +51,12 @@ export const why: FeatureFactory<WhyHooks> = (core: Core): Feature<WhyHooks> => 
     },
   };
 };
+
+/** Where a cause sits, in the user's words (never the node id): its op and module, or the leaf's name. */
+function placeText(core: Core, id: string): string {
+  const n = nodeById(core, id);
+  if (!n) return "the node the cause points at";
+  if (n.kind === "leaf") return n.names[0] || n.label || "a leaf";
+  const op = n.op || n.label || "an op";
+  return n.module ? `${op} in ${n.module}` : op;
+}

@@ -25,8 +25,16 @@ export function statusText(a: WhyAnswer): string {
 }
 
 /** Rows for a leaf: the "Why?" button (`ask`) until asked; then the answer's rows, each field that has
- *  text, and a button to show the node the cause points at (`show`, when the answer names one). */
-export function whyRows(asked: boolean, state: WhyState, ask: () => void, show?: (node: string) => void): DetailRow[] {
+ *  text (the cause and the fix before the evidence: they are what a narrow panel must show), and a button
+ *  to show the node the cause points at (`show`, when the answer names one), named by `place` (its op and
+ *  module, never its id). */
+export function whyRows(
+  asked: boolean,
+  state: WhyState,
+  ask: () => void,
+  show?: (node: string) => void,
+  place: (node: string) => string = () => "the node the cause points at",
+): DetailRow[] {
   if (!asked) {
     const button: RowAction = { label: "Why?", title: "Ask why this parameter's gradient is what it is (gv.why)", testid: "gradviz-why", run: ask };
     return [[WHY_LABEL, "", button]];
@@ -36,10 +44,10 @@ export function whyRows(asked: boolean, state: WhyState, ask: () => void, show?:
   const a = state.answer;
   if (!a) return [[WHY_LABEL, state.missing || "no answer"]];
   const rows: DetailRow[] = [[WHY_LABEL, statusText(a)]];
-  for (const [label, text] of [["  cause", a.cause], ["  evidence", a.evidence], ["  fix", a.fix]] as const) if (text) rows.push([label, text]);
+  for (const [label, text] of [["  cause", a.cause], ["  fix", a.fix], ["  evidence", a.evidence]] as const) if (text) rows.push([label, text]);
   if (a.node && show) {
     const node = a.node;
-    rows.push(["  at", node, { label: "show", title: "Select the node the cause points at", testid: "gradviz-why-show", run: () => show(node) }]);
+    rows.push(["  at", place(node), { label: "show", title: "Select the node the cause points at", testid: "gradviz-why-show", run: () => show(node) }]);
   }
   return rows;
 }
