@@ -20,6 +20,12 @@ browser = pagekit.browser
 
 ROWS_JS = """() => [...document.querySelectorAll('[data-testid=gradviz-details] dt')]
   .map((dt) => [dt.textContent, dt.nextElementSibling.textContent])"""
+FOLD_JS = """() => { const panel = document.querySelector('[data-testid=gradviz-details]');
+  const dts = [...panel.querySelectorAll('dt')];
+  const fix = dts.find((dt) => dt.textContent === '  fix').nextElementSibling.getBoundingClientRect();
+  const p = panel.getBoundingClientRect();
+  return { facts: panel.querySelector('[data-testid=gradviz-details-facts]').open, fix_bottom: fix.bottom,
+           panel_bottom: p.top + panel.clientHeight, width: p.width }; }"""
 ANSWERED_JS = """() => { const rows = [...document.querySelectorAll('[data-testid=gradviz-details] dt')];
   const why = rows.find((dt) => dt.textContent === 'why');
   return !!why && why.nextElementSibling.textContent !== '' && why.nextElementSibling.textContent !== 'asking…'
@@ -59,6 +65,14 @@ def test_why_row_shows_the_saved_answer_for_a_zeroed_weight(browser: Any, tmp_pa
     assert expected["kind"] in rows["why"]
     assert rows["  cause"] == expected["cause"] and rows["  fix"] == expected["fix"]
     assert page.evaluate(asked) == 1
+    # Above the fold: the answer leads the panel (cause and fix before the evidence), the leaf's facts fold
+    # away under it, and both cause and fix are inside the panel's visible height without scrolling.
+    order = [row[0] for row in page.evaluate(ROWS_JS)]
+    assert order[:3] == ["why", "  cause", "  fix"], order
+    fold = page.evaluate(FOLD_JS)
+    assert fold["facts"] is False, fold
+    assert fold["fix_bottom"] <= fold["panel_bottom"] and fold["width"] <= 360, fold
+    assert rows.get("  at", "") and not rows["  at"].startswith("n"), rows  # op and module, never "n752"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / "details-why.png"))
     # An op has no Why? row; a leaf the export saved no answer for says so.
