@@ -791,8 +791,8 @@ checkpoints as reentrant."""),
     ("code", """wl = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=2, seq=32), model=lora)
 wl.checkpoints = {b: "reentrant" for b in blocks}
 trap = wl.checkpoint_what_if()
-print(f"{len(trap.lost_names)} adapters would lose .grad, cut by {trap.cut[0]} ... {trap.cut[-1]}")
-print(trap.lost_names[:4])
+print(f"{len(trap.lost)} adapters would lose .grad, cut by {trap.cut[0]} ... {trap.cut[-1]}")
+print(trap.lost[:4])
 wl"""),
     ("md", """The embedding is frozen, so the first block's input does not require grad: a reentrant
 checkpoint then returns an output with no `grad_fn`, and everything inside (and, through it, every later
@@ -809,7 +809,7 @@ whatever its inputs; the what-if says so, and the re-run confirms it:"""),
     ("code", """wl.checkpoints = {b: "non_reentrant" for b in blocks}
 fixed = wl.checkpoint_what_if()
 checked = wl.verify_checkpoint()
-print("lost:", fixed.lost_names, "| PyTorch:", checked["actual_lost"])
+print("lost:", fixed.lost, "| PyTorch:", checked["actual_lost"])
 gap = checked["measured_bytes"] - checked["predicted_bytes"]
 print(f"saved bytes: {checked['predicted_bytes']:,} predicted, {checked['measured_bytes']:,} measured"
       f" ({gap:,} B apart)")"""),
@@ -823,7 +823,7 @@ adapters:"""),
     ("code", """hook = lora.wte.register_forward_hook(lambda module, args, out: out.requires_grad_(True))
 wf = gv.GraphWidget.from_fn(lambda: gpt2_loss(lora, batch=2, seq=32), model=lora)
 wf.checkpoints = {b: "reentrant" for b in blocks}
-print("lost:", wf.checkpoint_what_if().lost_names, "| verified:", wf.verify_checkpoint()["agree"])
+print("lost:", wf.checkpoint_what_if().lost, "| verified:", wf.verify_checkpoint()["agree"])
 loss = forward_checkpointed(lora, idx, idx)
 loss.backward()
 print("adapters with .grad:", sum(p.grad is not None for n, p in lora.named_parameters() if "lora_" in n))

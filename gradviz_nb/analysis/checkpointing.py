@@ -39,6 +39,7 @@ equal, ``tests/unit/test_checkpointing_nested.py`` checks every nesting against 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,8 +70,9 @@ class CheckpointPlan:
 
     ``per_call_before`` / ``per_call_after``: call id -> bytes held inside it (``""``: the whole graph);
     ``kept``: bytes the checkpoints themselves keep (inputs, RNG states); ``recomputed_ops`` of
-    ``forward_ops`` and their estimated FLOPs; ``lost``: leaf ids that lose their gradient, ``lost_names``
-    their names, ``cut``: the reentrant calls that cause it; ``nested``: marks inside a marked call that
+    ``forward_ops`` and their estimated FLOPs; ``lost``: names of the leaves that lose their gradient,
+    ``lost_ids`` their node ids (as :class:`~gradviz_nb.analysis.what_if.WhatIf` names them), ``cut``: the
+    reentrant calls that cause it; ``nested``: marks inside a marked call that
     take effect; ``ignored``: marks inside a cut reentrant call (its block never runs with grad: no effect);
     ``inexact``: why a part of this answer is not exact (empty: every number is), for verify to measure.
     """
@@ -86,11 +88,18 @@ class CheckpointPlan:
     forward_flops: int
     recomputed_flops: int
     lost: list[str]
-    lost_names: list[str]
+    lost_ids: list[str]
     cut: list[str]
     ignored: list[str]
     nested: list[str]
     inexact: list[str]
+
+    @property
+    def lost_names(self) -> list[str]:
+        """Deprecated: :attr:`lost` holds the names now (and :attr:`lost_ids` the node ids), as ``WhatIf`` does."""
+        warnings.warn("CheckpointPlan.lost_names is deprecated: use .lost (leaf names, as WhatIf.lost); "
+                      ".lost_ids holds their node ids.", DeprecationWarning, stacklevel=2)
+        return self.lost
 
     @property
     def share(self) -> float:
@@ -106,9 +115,9 @@ class CheckpointPlan:
                 f" ({difference(self.before, self.after)}; checkpoints keep {format_bytes(self.kept)} of inputs"
                 f" and RNG states); backward re-runs {self.recomputed_ops} of {self.forward_ops} forward ops"
                 f" ({self.share:.0%} of forward {basis})")
-        if self.lost_names:
-            shown = ", ".join(self.lost_names[:4]) + (", ..." if len(self.lost_names) > 4 else "")
-            text += (f"; {len(self.lost_names)} leaves lose their gradient ({shown}): reentrant checkpoint of"
+        if self.lost:
+            shown = ", ".join(self.lost[:4]) + (", ..." if len(self.lost) > 4 else "")
+            text += (f"; {len(self.lost)} leaves lose their gradient ({shown}): reentrant checkpoint of"
                      f" {', '.join(self.cut)} has no input that requires grad")
         if self.inexact:
             text += "; not exact: " + "; ".join(self.inexact) + " (verify_checkpoint() measures it)"
@@ -332,7 +341,7 @@ def checkpoint_what_if(graph: AutogradGraph, marks: Mapping[str, str]) -> Checkp
             loss = criterion(model(x), y)
         g = gv.trace(loss, model=model, capture=cap)
         p = gv.checkpoint_what_if(g, {"blocks.0": "non_reentrant", "blocks.2": "reentrant"})
-        p.before, p.after, p.share, p.lost_names
+        p.before, p.after, p.share, p.lost
     """
     if not isinstance(graph, AutogradGraph):
         raise GradvizError(f"checkpoint_what_if expects the graph from gv.trace, got {type(graph).__name__}.")
@@ -347,8 +356,8 @@ def checkpoint_what_if(graph: AutogradGraph, marks: Mapping[str, str]) -> Checkp
         marks=clean, before=got["before"], after=got["after"], per_call_before=got["per_call_before"],
         per_call_after=got["per_call_after"], kept=got["kept"], forward_ops=got["forward_ops"],
         recomputed_ops=got["recomputed_ops"], forward_flops=got["forward_flops"],
-        recomputed_flops=got["recomputed_flops"], lost=lost.lost_ids if lost else [],
-        lost_names=lost.lost if lost else [], cut=cuts, ignored=got["ignored"], nested=got["nested"],
+        recomputed_flops=got["recomputed_flops"], lost=lost.lost if lost else [],
+        lost_ids=lost.lost_ids if lost else [], cut=cuts, ignored=got["ignored"], nested=got["nested"],
         inexact=got["inexact"],
     )
 

@@ -127,13 +127,14 @@ def doctor_command(opts: argparse.Namespace) -> int:
 
 def nan_command(opts: argparse.Namespace) -> int:
     """``gradviz nan SCRIPT``: run the script's steps under ``find_nonfinite`` and report where a NaN/Inf is born."""
-    from gradviz_nb.probes.nonfinite import find_nonfinite
+    from gradviz_nb.probes.nonfinite import find_nonfinite, name_by
 
     steps, say = _steps(opts.steps), progress(opts.quiet)
     done: list[int] = []
     outcome: list[Outcome] = []
 
     def created(opt: torch.optim.Optimizer, model: nn.Module) -> None:
+        name_by(model)  # parameters and modules by their names in the script's model, not by shape
         say(f"watching every op of {type(model).__name__} and its {type(opt).__name__} for NaN/Inf")
 
     def stepped() -> None:

@@ -119,7 +119,8 @@ def stop(s: Any) -> dict[str, Any]:
 
 def checkpoint_plan(p: Any) -> dict[str, Any]:
     """A :class:`~gradviz_nb.analysis.checkpointing.CheckpointPlan`: bytes saved for backward before and after
-    the marked checkpoints, the recompute share, the leaves a reentrant checkpoint cuts. The per-call byte
+    the marked checkpoints, the recompute share, the leaves a reentrant checkpoint cuts, the nested marks that
+    take effect and what is not exact (``inexact``: verify measures it). The per-call byte
     maps keep the ``MAX_ITEMS`` largest calls."""
 
     def top(m: dict[str, int]) -> dict[str, int]:
@@ -129,6 +130,6 @@ def checkpoint_plan(p: Any) -> dict[str, Any]:
             "kept": int(p.kept), "share": _num(p.share), "forward_ops": int(p.forward_ops),
             "recomputed_ops": int(p.recomputed_ops), "forward_flops": int(p.forward_flops),
             "recomputed_flops": int(p.recomputed_flops), "per_call_before": top(p.per_call_before),
-            "per_call_after": top(p.per_call_after), "lost_names": _items(p.lost_names),
-            "lost_total": len(p.lost_names), "cut": _items(p.cut), "ignored": _items(p.ignored),
-            "summary": _text(p.summary())}
+            "per_call_after": top(p.per_call_after), "lost_names": _items(p.lost),
+            "lost_total": len(p.lost), "cut": _items(p.cut), "ignored": _items(p.ignored),
+            "nested": _items(p.nested), "inexact": [_text(x) for x in _items(p.inexact)], "summary": _text(p.summary())}

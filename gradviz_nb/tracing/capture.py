@@ -29,6 +29,7 @@ from gradviz_nb.errors import GradvizError
 from gradviz_nb.tracing.compiled import compiling, real_named_modules, unwrap_compiled
 from gradviz_nb.tracing.evidence import Evidence
 from gradviz_nb.tracing.ghosts import Ghost
+from gradviz_nb.tracing.lines import OpLines
 from gradviz_nb.tracing.observer import ForwardObserver, InplaceWrite
 from gradviz_nb.validate import boolean, module, positive_int
 
@@ -143,7 +144,7 @@ class Capture:
             self._observer.start()
             inner = self._model_ref()  # held weakly: the record of recent captures never keeps a model alive
             held: Callable[[], nn.Module | None] = weakref.ref(inner) if inner is not None else (lambda: None)
-            _RECENT.append(_Span(_sequence_counter(), None, self._observer.events, held))
+            _RECENT.append(_Span(_sequence_counter(), None, self._observer.events, held, self._observer.lines))
         # Two global hooks instead of two per module: starting and stopping cost O(1) hook
         # registrations, and modules outside the model are skipped by one dict lookup.
         hooked = self._hooked_ref()
@@ -251,6 +252,7 @@ class _Span:
     end: int | None
     events: list[Evidence]
     model: Callable[[], nn.Module | None]  # a weak reference
+    lines: OpLines | None = None
 
 
 # The evidence of the last captures, by sequence-number span: a graph traced from one of them finds its
@@ -271,6 +273,18 @@ def recent_evidence(seqs: Iterable[int]) -> tuple[list[Evidence], nn.Module | No
             out += span.events
             model = span.model() or model
     return out, model
+
+
+def recent_line(seq: int) -> str:
+    """``file:line`` of the user's code that made the autograd node numbered ``seq``, from the recent captures
+    with a ghost observer (``gv.capture``; not ``gv.watch``, which runs no mode), or "" when none saw it."""
+    for span in reversed(list(_RECENT)):
+        end = span.end if span.end is not None else _sequence_counter()
+        if span.lines is not None and span.start <= seq < end:
+            line = span.lines.line_at(seq)
+            if line:
+                return line
+    return ""
 
 
 class Attribution:

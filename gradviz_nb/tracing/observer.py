@@ -4,8 +4,9 @@
 of frozen parameters to the :class:`~gradviz_nb.tracing.ghosts.GhostFollower` (ghost tensors), keeps the
 forward values of small outputs (at most ``SMALL`` elements, so a teaching graph can show every node's value
 and gradient), records in-place writes on tensors autograd tracks (:class:`InplaceWrite`, which the doctor
-names when PyTorch's in-place error fires), and records the evidence ``gv.why`` reads
-(:mod:`gradviz_nb.tracing.evidence`).
+names when PyTorch's in-place error fires), keeps the user's source line of every op that made autograd nodes
+(:class:`~gradviz_nb.tracing.lines.OpLines`, what a recording of a NaN loss names), and records the evidence
+``gv.why`` reads (:mod:`gradviz_nb.tracing.evidence`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from gradviz_nb.tracing.ghosts import (
     upstream_leaves,
     user_line,
 )
+from gradviz_nb.tracing.lines import OpLines
 from gradviz_nb.tracing.summary import SMALL
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ class ForwardObserver(TorchFunctionMode):
         self._follower = GhostFollower(params, current_call)
         self._param_names = self._follower.param_names
         self.inplace: list[InplaceWrite] = []
+        self.lines = OpLines()  # the user's line of every op that made autograd nodes, by sequence number
         self.events: list[Evidence] = []  # forward-time evidence for why a gradient is missing (evidence.py)
         self._left: Evidence | None = None  # the last value that left the graph, until a new tensor enters
         self._no_grad_seen: set[int] = set()
@@ -131,6 +134,7 @@ class ForwardObserver(TorchFunctionMode):
             args = self._measure_hook(args)
         before = next_sequence_nr()
         out = func(*args, **(kwargs or {}))
+        self.lines.note(before, next_sequence_nr())  # the user's line of the nodes it made (tracing/lines.py)
         if watched is not None and watched != "hook" and not _in_backward():
             self._record(watched, func, args, kwargs, out, before)
         elif not torch.is_grad_enabled() and self._param_names and not _in_backward():

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from torch import nn
 
 import gradviz_nb as gv
 from gradviz_nb.analysis.checkpointing import checkpoint_what_if
@@ -150,3 +151,16 @@ def test_widget_marks_trait_and_verify_request() -> None:
     assert reply is not None and reply["ok"] and w.checkpoint_verified["agree"]
     with pytest.raises(GradvizError):
         w.checkpoints = {"nope": "reentrant"}
+
+
+def test_lost_names_the_leaves_as_what_if_does_and_the_old_name_warns() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(2, 4)).sum()  # block 0's input needs no grad: a reentrant mark cuts its weights
+    graph = gv.trace(loss, model=model, capture=cap)
+    plan = checkpoint_what_if(graph, {"0": "reentrant"})
+    same = graph.what_if(detach=plan.cut)
+    assert (plan.lost, plan.lost_ids) == (same.lost, same.lost_ids) and plan.lost == ["0.bias", "0.weight"]
+    with pytest.warns(DeprecationWarning, match=r"use \.lost"):
+        assert plan.lost_names == plan.lost

@@ -94,6 +94,9 @@ def test_nan_names_the_backward_birth() -> None:
     jsonschema.validate(rec, schema.load_schema())
     assert (rec["phase"], rec["op"], rec["node"], rec["cause"]) == ("backward", "aten.div", "LogBackward0", "0/0")
     assert rec["line"].endswith("nan_backward.py:17")
+    # the script's model, found through its optimizer, names what the NaN reached (not "a tensor of shape [8, 4]")
+    assert {"gradient of 0.weight", "gradient of 0.bias"} <= set(rec["reached"]), rec["reached"]
+    assert not any("shape" in r for r in rec["reached"]), rec["reached"]
     ok = gradviz("nan", "examples/cli/plain_loop.py")
     assert ok.returncode == 0 and "no NaN/Inf reached" in ok.stdout
 

@@ -144,3 +144,20 @@ def test_flags_stop_and_checkpoint_plan_validate() -> None:
     plan = checkpoint_what_if(graph, {"0": "reentrant"})
     rec = _valid(plan.to_json(), "checkpoint_plan")
     assert rec["before"] == plan.before and rec["marks"] == {"0": "reentrant"}
+
+
+def test_a_checkpoint_plan_carries_its_nested_marks_and_what_is_not_exact() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 8)),
+                          nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1)))
+    model[0][0].requires_grad_(False)  # block 0's input requires no grad: what 0.0 computes is in no graph
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(8, 4)).sum()
+    graph = gv.trace(loss, model=model, capture=cap)
+    plan = checkpoint_what_if(graph, {"0": "non_reentrant", "1": "non_reentrant", "1.0": "reentrant"})
+    assert plan.nested == ["1.0"] and plan.inexact and plan.inexact[0].startswith("0 has no input")
+    rec = _valid(plan.to_json(), "checkpoint_plan")
+    assert (rec["nested"], rec["inexact"]) == (plan.nested, plan.inexact)
+    for field in ("nested", "inexact"):  # both are part of the record, not extras a reader may miss
+        with pytest.raises(jsonschema.ValidationError):
+            _valid(json.dumps({k: v for k, v in rec.items() if k != field}), "checkpoint_plan")

@@ -122,8 +122,7 @@ def first_nonfinite(rec: BackwardRecording) -> Stop:
                                        "finite gradients")
     got, sent = _bad(first.grad_outputs), _bad(first.grad_inputs)
     if rec.forward_text:  # the loss was already NaN/Inf: backward only carried it
-        text = (f"made in the forward pass: {rec.forward_text}; backward first carried it at {where(first)} "
-                "(gv.find_nonfinite(fn) re-runs the step and names the source line)")
+        text = f"made in the forward pass: {rec.forward_text}; backward first carried it at {where(first)}"
     elif not got:
         received = _norm(first.grad_outputs)
         text = (f"born at {where(first)}: it received finite gradients (norm {received:.4g}) and sent NaN/Inf "

@@ -77,15 +77,19 @@ class BackwardRecording:
 
     @property
     def forward_text(self) -> str:
-        """:attr:`forward` in words, as the ``nonfinite`` stop and the page say it ("" when the loss was finite)."""
+        """:attr:`forward` in words, as the ``nonfinite`` stop and the page say it ("" when the loss was finite):
+        the site in :meth:`NonFinite.summary`'s words (op, module, the user's source line), then the cause."""
         f = self.forward
         if f is None:
             return ""
         loss = f.reached[0] if f.reached else "the loss"
         if f.cause == "already non-finite":
             return f"{loss}: {f.detail}"
-        return (f"{loss}: {f.kind} born at {f.op} ({f.node}) in {f.module or '(top level)'}: {f.cause}, "
-                f"{f.detail}")
+        text = f"{loss}: {f.kind} born in {f.site.describe()}: {f.cause}, {f.detail}"
+        if not f.line:
+            text += (" (to name the source line, run the forward inside `with gv.capture(model)`, or let "
+                     "gv.find_nonfinite(fn) re-run the step)")
+        return text
 
     @property
     def graph(self) -> AutogradGraph:

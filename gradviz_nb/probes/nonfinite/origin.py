@@ -13,15 +13,18 @@ recompute: a checkpointed node's are skipped) and answers in :func:`find_nonfini
 * no node saved what shows it (an op that saves nothing, e.g. ``add``): the earliest node whose output is
   known non-finite, cause "other", and the loss's own op when nothing else is known.
 
-The forward's source line is not in the graph: :attr:`NonFinite.line` is empty, and the stop says that
-``gv.find_nonfinite`` re-runs the step to name it.
+The source line is the one :func:`find_nonfinite` names, by the same rule
+(:func:`~gradviz_nb.tracing.lines.op_line`): the capture's torch function mode kept it for every op that made a
+node (``with gv.capture(model)``), and it is read here by the node's sequence number. Without such a capture
+(``gv.watch`` runs no mode) :attr:`NonFinite.line` is empty, and the stop says how to get it. The answer's
+site (op, module, module type, line) is :func:`find_nonfinite`'s for the same forward birth.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -29,6 +32,7 @@ import torch
 from gradviz_nb.analysis.derivatives import SAVED_INPUT
 from gradviz_nb.probes.nonfinite.found import NonFinite, classify, input_info
 from gradviz_nb.tracing import AutogradGraph
+from gradviz_nb.tracing.capture import recent_line
 
 __all__ = ["forward_origin"]
 
@@ -160,9 +164,19 @@ def forward_origin(graph: AutogradGraph, nodes: Mapping[Any, str], loss: torch.T
     a = attrs[nodes[fn]]
     if fn in inferred:
         kind, cause, detail = inferred[fn]
-        return NonFinite("forward", f"aten.{_base(a['op'])}", a.get("module") or "", "", "", a["op"], kind, cause,
-                         detail, tuple(input_info(v) for v in ev.inputs[fn]), reached)
-    return _answer(a, ev.out[fn], ev.inputs.get(fn, []), bool(births), reached)
+        found = NonFinite("forward", f"aten.{_base(a['op'])}", a.get("module") or "", "", "", "", kind, cause,
+                          detail, tuple(input_info(v) for v in ev.inputs[fn]), reached)
+    else:
+        found = _answer(a, ev.out[fn], ev.inputs.get(fn, []), bool(births), reached)
+    return _placed(found, graph, a)
+
+
+def _placed(found: NonFinite, graph: AutogradGraph, a: Mapping[str, Any]) -> NonFinite:
+    """``found`` with its module's type and the user's source line, as find_nonfinite's site has them."""
+    modules = graph.nx.graph.get("modules", {})
+    module_type = modules.get(found.module, {}).get("type", "") if found.op != "(a leaf)" else ""
+    line = recent_line(int(a["seq"])) if a["kind"] == "op" else ""
+    return replace(found, module_type=module_type, line=line)
 
 
 def _answer(a: Mapping[str, Any], t: torch.Tensor, values: list[torch.Tensor], born: bool,
@@ -179,5 +193,5 @@ def _answer(a: Mapping[str, Any], t: torch.Tensor, values: list[torch.Tensor], b
     else:
         cause, detail = "other", (f"{base} passed on {kind}; the op that made it saved nothing that shows it "
                                   "(gv.find_nonfinite(fn) re-runs the step and names it)")
-    return NonFinite("forward", f"aten.{base}", module, "", "", a["op"], kind, cause, detail,
+    return NonFinite("forward", f"aten.{base}", module, "", "", "", kind, cause, detail,
                      tuple(input_info(v) for v in values), reached)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import math
-import os
-import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -23,14 +22,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from gradviz_nb.probes.nonfinite.found import NonFinite, Site, _Birth, classify, input_info
 from gradviz_nb.probes.owned import for_this_thread, in_this_thread
-from gradviz_nb.tracing.places import source_line
+from gradviz_nb.tracing.lines import op_line
 
-_GB = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the gradviz_nb package
-# Library code between an op and the user's line: torch and gradviz_nb's library layers. The bug zoo and
-# demo models count as user code (they are where a model's forward is written).
-_LIBRARY_DIRS = (os.path.dirname(torch.__file__) + os.sep, "<frozen ",
-                 *(os.path.join(_GB, d) + os.sep
-                   for d in ("analysis", "probes", "tracing", "doctor", "widgets", "export", "integrations")))
 _SKIP = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_"}
 _VALUE_TYPES = {"Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]", "number", "Optional[number]"}
 _ACCUMULATE = "torch::autograd::AccumulateGrad"
@@ -87,20 +80,6 @@ def _storage_key(t: torch.Tensor) -> StorageWeakRef | None:
         return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]
     except (RuntimeError, NotImplementedError, TypeError):
         return None
-
-
-def _user_line(cache: dict[Any, bool]) -> str:
-    """``file:line`` of the innermost frame outside torch and gradviz_nb's library layers."""
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        code = frame.f_code
-        lib = cache.get(code)
-        if lib is None:
-            lib = cache[code] = code.co_filename.startswith(_LIBRARY_DIRS)
-        if not lib:
-            return source_line(code.co_filename, frame.f_lineno)
-        frame = frame.f_back
-    return ""
 
 
 @dataclass
@@ -176,6 +155,7 @@ class _Watch(BareDispatchMode):
         self._where: list[tuple[str, str, str]] = []  # (module, module type, line) of that op
         self._last_seq = -1
         self._handles: list[Any] = []
+        self._outer: _Watch | None = None
 
     # module calls ------------------------------------------------------------------------------------------
     def _pre(self, module: nn.Module, args: Any) -> None:
@@ -199,12 +179,27 @@ class _Watch(BareDispatchMode):
     def start(self) -> None:
         self._handles = [register_module_forward_pre_hook(in_this_thread(self._pre)),
                          register_module_forward_hook(in_this_thread(self._post), always_call=True)]
+        self._outer = getattr(_RUNNING, "watch", None)
+        _RUNNING.watch = self
 
     def stop(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
         self._stack.clear()
+        if getattr(_RUNNING, "watch", None) is self:
+            _RUNNING.watch = self._outer
+
+    def adopt(self, model: nn.Module) -> None:
+        """Name modules, parameters and buffers by ``model``'s names from now on (a model made while ``fn``
+        runs, e.g. by a script); nothing changes when the watch was given a model."""
+        if self.model is not None:
+            return
+        self.model = model
+        self._paths = {id(m): p for p, m in model.named_modules()}
+        self._names = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        self._by_storage = None
+
 
     # provenance ------------------------------------------------------------------------------------------------
     def _lookup(self, t: torch.Tensor) -> _Prov | None:
@@ -262,10 +257,10 @@ class _Watch(BareDispatchMode):
     def _site(self, info: _OpInfo, backward: bool) -> Site:
         if not backward:
             _, path, typ = self._stack[-1] if self._stack else (0, "", "")
-            return Site("forward", info.name, path, typ, _user_line(self._frames))
+            return Site("forward", info.name, path, typ, op_line(self._frames))
         node = torch._C._current_autograd_node()
         if node is None:
-            return Site("backward", info.name, "", "", _user_line(self._frames))
+            return Site("backward", info.name, "", "", op_line(self._frames))
         name = node.name()
         if name == _ACCUMULATE:
             var = getattr(node, "variable", None)
@@ -312,7 +307,7 @@ class _Watch(BareDispatchMode):
                 self._last_seq = seq
                 self._seqs.append(seq)
                 _, path, typ = self._stack[-1] if self._stack else (0, "", "")
-                self._where.append((path, typ, _user_line(self._frames)))
+                self._where.append((path, typ, op_line(self._frames)))
         if info.skip:
             return out
         if info.read:  # loss.item(), float(loss): a value reaching the user
@@ -477,3 +472,17 @@ class _Patched:
 
     def __exit__(self, *exc: object) -> None:
         self.stack.close()
+
+
+_RUNNING = threading.local()  # .watch: the _Watch running in this thread (find_nonfinite's), if any
+
+
+def name_by(model: nn.Module) -> bool:
+    """Tell the ``gv.find_nonfinite`` running in this thread (if any, and given no model) to name modules and
+    tensors by ``model``'s names: for a model its ``fn`` builds (``gradviz nan`` runs a whole script, whose
+    first optimizer reveals the model). True when a running search took the names."""
+    watch = getattr(_RUNNING, "watch", None)
+    if watch is None or watch.model is not None:
+        return False
+    watch.adopt(model)
+    return True

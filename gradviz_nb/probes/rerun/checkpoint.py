@@ -231,7 +231,7 @@ def verify_checkpoint(rerun: Rerunnable, marks: Mapping[str, str]) -> dict[str, 
     names = rerun.graph.nx.nodes
     leaves = {names[n]["names"][0] for n in rerun.graph.nodes_of("leaf") if names[n]["names"]}
     actual_lost = sorted(name for name in leaves if name in after.got and not after.got[name])
-    predicted_lost = sorted(names[n]["names"][0] for n in predicted.lost if names[n]["names"])
+    predicted_lost = sorted(names[n]["names"][0] for n in predicted.lost_ids if names[n]["names"])
     simple = bool(calls) and not predicted.nested and not predicted.ignored and all(
         v[2] == "non_reentrant" for v in calls.values())
     ops = _recomputed_ops(rerun, calls) if simple else -1  # -1: not measured (no graph holds those re-runs)

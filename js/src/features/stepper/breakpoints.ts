@@ -93,7 +93,7 @@ export function firstNonfiniteStop(src: RunSource): RunStop {
   const f = src.steps[first];
   let text: string;
   if (src.forward) {
-    text = `made in the forward pass: ${src.forward}; backward first carried it at ${where(src, first)} (gv.find_nonfinite(fn) re-runs the step and names the source line)`;
+    text = `made in the forward pass: ${src.forward}; backward first carried it at ${where(src, first)}`;
   } else if (!bad(f.received ?? []).length) {
     text = `born at ${where(src, first)}: it received finite gradients (norm ${g4(norm(f.received ?? []))}) and sent NaN/Inf to input ${bad(f.sent ?? []).join(", ")}`;
   } else {
