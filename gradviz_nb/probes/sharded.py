@@ -2,10 +2,11 @@
 
 A ``DTensor`` sharded over a device mesh holds one piece per rank (``to_local()``). Sums over the full
 tensor (of squares, of values, counts) are the sums of the local pieces' sums, so every rank computes
-its pieces' sums and one ``all_reduce(SUM)`` per mesh dimension adds them; maxima take one
-``all_reduce(MAX)``. Nothing is all-gathered. Dimensions where the tensor is replicated contribute each
-piece several times: their sums are weighted by ``1 / replicas``. ``Partial`` placements (pending
-reductions) are reduced first (``redistribute`` to ``Replicate``), the only case with another collective.
+its pieces' sums and one collective per mesh dimension adds them (with maxima: one all-gather of the few sums
+and maxima per rank, added and maxed locally). No tensor is gathered. Dimensions where the tensor is
+replicated contribute each piece several times: their sums are weighted by ``1 / replicas``. ``Partial``
+placements (pending reductions) are reduced first (``redistribute`` to ``Replicate``), the only case with
+another collective.
 
 Every rank of the mesh must make the same calls in the same order (as for any collective): the callers
 reduce fixed-size buffers built from the model's structure, never from what one rank happens to hold.
@@ -55,8 +56,10 @@ def local_part(t: torch.Tensor) -> tuple[torch.Tensor, Any, float]:
 
 def all_reduce_rows(meshes: Sequence[Any], sums: torch.Tensor, maxes: torch.Tensor | None = None) -> None:
     """In place: each row ``i`` of ``sums`` (and of ``maxes``) with a mesh in ``meshes[i]`` becomes its sum
-    (max) over that mesh's ranks; rows with ``None`` stay. One ``SUM`` (and one ``MAX``) all-reduce per
-    dimension of each distinct mesh, in order of first appearance."""
+    (max) over that mesh's ranks; rows with ``None`` stay. One collective per dimension of each distinct mesh, in
+    order of first appearance: a ``SUM`` all-reduce of the sums alone, or, with ``maxes``, one all-gather of sums
+    and maxima together (a few floats per rank), added and maxed here, so a record never costs two collectives
+    per dimension."""
     import torch.distributed as dist
 
     distinct: list[Any] = []
@@ -69,9 +72,15 @@ def all_reduce_rows(meshes: Sequence[Any], sums: torch.Tensor, maxes: torch.Tens
         mx = maxes[rows].contiguous() if maxes is not None else None
         for dim in range(mesh.ndim):
             group = mesh.get_group(dim)
-            dist.all_reduce(s, dist.ReduceOp.SUM, group=group)
-            if mx is not None:
-                dist.all_reduce(mx, dist.ReduceOp.MAX, group=group)
+            if mx is None:
+                dist.all_reduce(s, dist.ReduceOp.SUM, group=group)
+                continue
+            mine = torch.cat([s.flatten(), mx.flatten()])
+            parts = [torch.empty_like(mine) for _ in range(mesh.size(dim))]
+            dist.all_gather(parts, mine, group=group)
+            every = torch.stack(parts)
+            s = every[:, : s.numel()].sum(dim=0).reshape(s.shape)
+            mx = every[:, s.numel():].amax(dim=0).reshape(mx.shape)
         sums[rows] = s
         if maxes is not None and mx is not None:
             maxes[rows] = mx

@@ -76,6 +76,13 @@ def main(out_dir: Path, mode: str) -> None:
         calls[str(op).rpartition(".")[2]] += 1
         return real_all_reduce(tensor, op, **kw)
 
+    real_all_gather = dist.all_gather
+
+    def counting_all_gather(out: list[torch.Tensor], tensor: torch.Tensor, **kw: Any) -> Any:
+        calls["ALL_GATHER"] += 1
+        calls["ALL_GATHER_FLOATS"] += tensor.numel()
+        return real_all_gather(out, tensor, **kw)
+
     monitor_refs: list[list[float]] = []
     update_refs: list[list[float]] = []
     for step in range(3):
@@ -96,6 +103,7 @@ def main(out_dir: Path, mode: str) -> None:
             layer_norms[name.rpartition(".")[0]] += 0.0 if g is None else float(g.double().square().sum())
         monitor_refs.append([math.sqrt(v) for v in layer_norms.values()])
         dist.all_reduce = counting_all_reduce  # type: ignore[assignment]
+        dist.all_gather = counting_all_gather  # type: ignore[assignment]
         try:
             monitor.step()
             result["monitor_calls"] = dict(calls)
@@ -108,6 +116,7 @@ def main(out_dir: Path, mode: str) -> None:
                 result["hist_calls"] = dict(calls)
         finally:
             dist.all_reduce = real_all_reduce  # type: ignore[assignment]
+            dist.all_gather = real_all_gather  # type: ignore[assignment]
         if step == 2:
             expect = gv.gradient_flow(ref)
             exp_params = {p.name: p for p in expect.params}

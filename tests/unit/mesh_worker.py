@@ -115,7 +115,8 @@ def counted(calls: Counter[str]) -> Iterator[None]:
     def wrap(name: str) -> Callable[..., Any]:
         def call(*args: Any, **kw: Any) -> Any:
             calls[name] += 1
-            t = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            t = args[1] if name == "all_gather" else args[0] if args else None
+            t = t if isinstance(t, torch.Tensor) else None
             if t is not None:
                 calls[f"{name} bytes"] += t.numel() * t.element_size()
             return real[name](*args, **kw)
@@ -268,8 +269,9 @@ def check_probes(model: nn.Module) -> dict[str, Any]:
     def nan_step() -> None:
         (model(x) * torch.log(torch.tensor(bad))).backward()
 
-    found = attempt(lambda: gv.find_nonfinite(nan_step, model))
-    out["find_nonfinite"] = found
+    nf = gv.find_nonfinite(nan_step, model)
+    out["find_nonfinite"] = ["answer", repr(nf)] if nf is not None else ["answer", "None"]
+    out["nonfinite_ranks"] = [nf.rank, list(nf.ranks)] if nf is not None else None
     model.zero_grad(set_to_none=True)
 
     def record() -> Any:

@@ -351,7 +351,7 @@ def _refuse_dtensor_leaves(loss: torch.Tensor) -> None:
             f"gv.record_backward (and gv.why, breakpoints) cannot read gradients node by node under tensor parallel: "
             f"this graph's leaves are DTensors on a {tuple(mesh.shape)} mesh, whose gradients inside the backward "
             "are shards or pending sums and would need a collective at every node; use gv.gradient_flow(model) "
-            "after backward (full-tensor statistics, one all-reduce per mesh dimension), or record an unsharded "
+            "after backward (full-tensor statistics, one collective per mesh dimension), or record an unsharded "
             "copy of the model in one process.")
 
 

@@ -32,14 +32,16 @@ every op is watched while ``fn`` runs, forward and backward alike, by a ``TorchD
 
 Hooks, the mode and the wrappers are removed when ``fn`` returns or raises. ``fn`` runs for real, inside
 the probes' sandbox (:mod:`gradviz_nb.probes.sandbox`): afterwards parameters, buffers, ``.grad`` (the same
-objects), ``requires_grad``, modes, hooks, RNGs and the ``optimizer`` given are as they were. Limits:
-tensor subclasses (DTensor, fake tensors), sparse and nested tensors are not checked; on GPU each check
-waits for the device.
+objects), ``requires_grad``, modes, hooks, RNGs and the ``optimizer`` given are as they were. Under
+``torch.distributed`` with ``DTensor`` parameters the ranks share their answers (the birth rank, the ranks that
+saw it). Limits: tensor subclasses (DTensor, fake tensors), sparse and nested tensors are not checked; on GPU
+each check waits for the device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -50,6 +52,7 @@ from gradviz_nb.probes.nonfinite.found import CAUSES, InputInfo, NonFinite, Site
 from gradviz_nb.probes.nonfinite.watch import _finite as _finite  # re-exported: tests check the cheap test itself
 from gradviz_nb.probes.nonfinite.watch import _Patched, _Watch
 from gradviz_nb.probes.sandbox import sandbox
+from gradviz_nb.probes.sharded import is_dtensor
 from gradviz_nb.validate import not_meta
 
 __all__ = ["CAUSES", "InputInfo", "NonFinite", "Site", "find_nonfinite"]
@@ -96,7 +99,28 @@ def find_nonfinite(fn: Callable[[], Any], model: nn.Module | None = None, *,
     with sandbox(model, optimizer=optimizer, lazy=True) as box:
         watch, returned = _watched_run(fn, model, box.before_write)
         watch.check(returned, "the value fn returned")
-        return watch.result()
+        found = watch.result()
+    return _across_ranks(found, model)
+
+
+def _across_ranks(found: NonFinite | None, model: nn.Module | None) -> NonFinite | None:
+    """Under ``torch.distributed`` with ``DTensor`` parameters (FSDP2, HSDP, tensor parallel), every rank's answer
+    is shared (one ``all_gather_object``; every rank runs ``fn``, as its collectives require): a NaN born on one
+    rank reaches the others through a collective, where it is no birth ("already non-finite") or, when it
+    arrives inside FSDP's hooks, is not seen at all. Each rank answers with the birth: the first rank whose
+    answer is a real birth, its ``rank``, and the ``ranks`` that saw one."""
+    import torch.distributed as dist
+
+    if model is None or not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2 \
+            or not any(is_dtensor(p) for p in model.parameters()):
+        return found
+    every: list[NonFinite | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, found)
+    answers = {r: f for r, f in enumerate(every) if f is not None}
+    if not answers:
+        return None
+    born = next((r for r, f in answers.items() if f.cause != "already non-finite"), min(answers))
+    return replace(answers[born], rank=born, ranks=tuple(answers))
 
 
 def _watched_run(fn: Callable[[], Any], model: nn.Module | None,

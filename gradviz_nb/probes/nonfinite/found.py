@@ -74,7 +74,9 @@ class NonFinite:
     with ``detail`` in words; ``inputs`` the op's inputs (values as the op read them; for an in-place op the
     written input is shown after the write); ``became_nan`` where infinities from this op turned into the
     NaN that reached (``None`` if they reached as they were); ``reached`` where its values arrived;
-    ``others`` how many later births also reached."""
+    ``others`` how many later births also reached. Under ``torch.distributed`` with ``DTensor`` parameters:
+    ``rank``, the rank where it was born, and ``ranks``, every rank whose own run saw a NaN/Inf reach (None and
+    ``()`` in one process)."""
 
     phase: str
     op: str
@@ -89,6 +91,8 @@ class NonFinite:
     reached: tuple[str, ...]
     became_nan: Site | None = None
     others: int = 0
+    rank: int | None = None
+    ranks: tuple[int, ...] = ()
 
     @property
     def site(self) -> Site:
@@ -104,11 +108,14 @@ class NonFinite:
         lines.append(f"  reached: {'; '.join(self.reached)}")
         if self.others:
             lines.append(f"  ({self.others} later birth{'s' if self.others > 1 else ''} also reached)")
+        if self.rank is not None:
+            lines.append(f"  born on rank {self.rank}; seen on ranks {', '.join(map(str, self.ranks))}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         where = self.module or "(top level)"
-        return f"<NonFinite {self.kind} {self.phase} {self.op} in {where} at {self.line or '?'}: {self.cause}>"
+        on = f" on rank {self.rank}" if self.rank is not None else ""
+        return f"<NonFinite {self.kind} {self.phase} {self.op} in {where} at {self.line or '?'}{on}: {self.cause}>"
 
     def to_dict(self) -> dict[str, Any]:
         """The origin as plain data (kind, phase, op, module, line, cause, detail, inputs)."""
