@@ -26,6 +26,7 @@ from gradviz_nb.validate import boolean, module, not_meta
 from gradviz_nb.widgets.flow_charts import as_widget, chart_layers, flow_charts, layer_numbers
 from gradviz_nb.widgets.graph_widget import GraphWidget
 from gradviz_nb.widgets.page.traits import convert_trait
+from gradviz_nb.widgets.page.why import PARAM_PREFIX, unreached
 
 __all__ = ["Dashboard"]
 
@@ -105,17 +106,25 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
         return [self.layers[i] for i in self.source.selected.indices]
 
     def graph_target(self, layer: str) -> str:
-        """The graph id to select for ``layer``: its module call, else a leaf of it, else an ancestor's call."""
+        """The graph id to select for ``layer``: its module call, else a leaf of it, else a parameter of it a cut
+        left outside the graph (``"p:<name>"``: the page shows the cut and answers "Why?" for it), else an
+        ancestor's call."""
         g = self.graph.graph
         calls: dict[str, str] = {c["path"]: c["id"] for c in reversed(g.calls)}  # first call of a path wins
         if layer in calls:
             return calls[layer]
         leaves = g.leaves()
-        for p in self.flow.params:
+        inside = [p for p in self.flow.params if p.module == layer or p.module.startswith(layer + ".")]
+        for p in inside:
             if p.module == layer:
                 for name in p.names:
                     if name in leaves:
                         return str(leaves[name])
+        outside = set(unreached(g))
+        for p in inside:
+            for name in p.names:
+                if name in outside:
+                    return PARAM_PREFIX + name
         path = layer
         while path:
             path = path.rpartition(".")[0]
@@ -126,6 +135,9 @@ class Dashboard(ipywidgets.VBox):  # type: ignore[misc]
     def layers_of(self, graph_id: str) -> list[str]:
         """Layers a graph selection stands for: a leaf's layer, or every layer under a node's module / call."""
         g = self.graph.graph
+        if graph_id.startswith(PARAM_PREFIX):
+            name = graph_id[len(PARAM_PREFIX):]
+            return [x for x in self.layers if name.startswith(x + ".")][-1:]
         if graph_id in g.nx:
             attrs = g.nx.nodes[graph_id]
             if attrs["kind"] == "leaf":

@@ -19,7 +19,7 @@ from gradviz_nb.demo_models import MLP
 from gradviz_nb.widgets import page
 from gradviz_nb.widgets.page import contract
 from gradviz_nb.widgets.page.traits import check_record
-from gradviz_nb.widgets.page.why import NOT_AVAILABLE, export_answers, why_body
+from gradviz_nb.widgets.page.why import NOT_AVAILABLE, export_answers, unreached, why_body
 
 
 def _graph() -> tuple[torch.nn.Module, gv.AutogradGraph]:
@@ -110,3 +110,40 @@ def test_a_diagnosis_widget_asks_about_the_diagnosis(recording_why: list[tuple[o
     leaf = next(iter(w.graph.leaves().values()))
     reply = w.answer({"id": 2, "kind": "why", "body": {"node": leaf}})
     assert reply is not None and reply["ok"] and recording_why[0][0] is diagnosis
+
+
+class _Adapter(torch.nn.Module):
+    """A frozen projection with a trainable adapter beside it; ``cut`` detaches the sum (the bug)."""
+
+    def __init__(self, cut: bool) -> None:
+        super().__init__()
+        self.base = torch.nn.Linear(4, 4).requires_grad_(False)
+        self.lora = torch.nn.Linear(4, 4, bias=False)
+        self.cut = cut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.base(x) + self.lora(x)
+        return x + (out.detach() if self.cut else out)
+
+
+def test_a_parameter_a_cut_left_outside_the_graph_is_selected_and_answered() -> None:
+    """The dead adapter is in no graph of the loss: the Dashboard's select names it "p:<name>" (not the block
+    around it), the chart follows back, and the why request answers for it as gv.why does; PyTorch agrees
+    it has no gradient."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_Adapter(False), _Adapter(True), torch.nn.Linear(4, 1))
+    with gv.capture(model) as cap:
+        loss = model(torch.randn(3, 4)).pow(2).mean()
+    loss.backward()
+    assert model[1].lora.weight.grad is None and model[0].lora.weight.grad is not None
+    dash = gv.Dashboard(model, loss, capture=cap, histograms=False)
+    g = dash.graph.graph
+    assert unreached(g) == ["1.lora.weight"]
+    dash.select("1")  # the flagged adapter's module
+    assert dash.graph.selected == "p:1.lora.weight"
+    assert dash.layers_of("p:1.lora.weight") == ["1.lora"]
+    body = why_body(g, g, {"node": "p:1.lora.weight"})
+    assert body["answer"] is not None and body["answer"]["status"] == "none"
+    assert body["answer"]["cause"] == gv.why(g, "1.lora.weight").cause
+    with pytest.raises(gv.GradvizError, match="no leaf"):
+        why_body(g, g, {"node": "p:0.lora.weight"})  # in the graph: asked by its node id

@@ -42,6 +42,7 @@ from gradviz_nb.widgets.page.payload import graph as graph_payload
 from gradviz_nb.widgets.page.payload import initial_expanded
 from gradviz_nb.widgets.page.traits import convert_trait
 from gradviz_nb.widgets.page.values import export_answers
+from gradviz_nb.widgets.page.why import PARAM_PREFIX, unreached
 from gradviz_nb.widgets.page.why import export_answers as why_answers
 
 # Every trait's value when nothing is shown (graph_data and expanded come from the graph).
@@ -207,6 +208,7 @@ def snapshot(graph: AutogradGraph, state: Mapping[str, Any], index: lazy_mode.La
     caption = "\n".join(graph.summary().splitlines()[:2])
     values = export_answers(graph)
     leaves = list(dict.fromkeys([*values, *graph.leaves().values()]))  # tied weights: one node, several names
+    leaves += [PARAM_PREFIX + name for name in unreached(graph)]  # cut off from the loss: the page finds them too
     whys = why_answers(graph if why_source is None else why_source, graph, leaves)
     return Snapshot(cast(Traits, out), answers(index if is_lazy else None, values, whys), caption)
 

@@ -31,10 +31,25 @@ FIELDS = ("name", "status", "kind", "cause", "evidence", "fix", "node")
 EXPORT_MAX = 200
 
 
+PARAM_PREFIX = "p:"
+"""The page's id of a parameter outside the graph (``"p:<name>"``, js/src/state/unreached.ts)."""
+
+
+def unreached(graph: AutogradGraph) -> list[str]:
+    """Parameters a cut left outside the graph: named in a detached ghost's ``cut``, carried by no leaf (a
+    dead adapter). The page draws them as that ghost, finds them by search and asks ``why`` about them."""
+    leaves = graph.leaves()
+    names = (n for g in graph.nx.graph.get("ghosts", []) for n in g.get("cut", []))
+    return [n for n in dict.fromkeys(names) if n not in leaves]
+
+
 def leaf_name(graph: AutogradGraph, node: Any) -> str:
-    """The parameter name ``why`` is asked about for leaf ``node``; :class:`GradvizError` for a bad id."""
+    """The parameter name ``why`` is asked about for leaf ``node`` (or ``"p:<name>"``, a parameter a cut left
+    outside the graph); :class:`GradvizError` for a bad id."""
     if not isinstance(node, str):
         raise GradvizError(f"why: 'node' must be a node id (a string), got {type(node).__name__}.")
+    if node.startswith(PARAM_PREFIX) and node[len(PARAM_PREFIX):] in unreached(graph):
+        return node[len(PARAM_PREFIX):]
     if node not in graph.nx or graph.nx.nodes[node]["kind"] != "leaf":
         raise GradvizError(f"why: {node[:80]!r} is no leaf of this graph (only leaves have a gradient to explain).")
     data = graph.nx.nodes[node]

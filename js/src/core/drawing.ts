@@ -3,7 +3,8 @@
 import { drawnItems, neighbourhood, tooBigText } from "../state/cap";
 import { plural } from "../state/labels";
 import { foldKey } from "../state/fold";
-import { callKey, nodeKey, representative, visibleGraph, type VisibleGraph } from "../state/quotient";
+import { callKey, ghostKey, nodeKey, representative, visibleGraph, type VisibleGraph } from "../state/quotient";
+import { isParamId, PARAM_PREFIX, unreachedParams } from "../state/unreached";
 import type { Framing, Subject } from "../view/camera";
 import type { Anchor } from "../view/graphview";
 import { MOUNT_ZOOM } from "../view/bigview/bigview";
@@ -113,6 +114,14 @@ export function fitView(ctx: Core): void {
 /** Boxes open at the last framed layout, per payload: what Python opened since is the new subject. */
 const openAtFrame = new WeakMap<Core, { gen: number; open: Set<string> }>();
 
+/** The keys standing for a selection: a node's, a call's, or for a parameter outside the graph its cut's
+ *  ghost (or the box that ghost is drawn in, while closed). */
+function selectedKeys(ctx: Core, id: string): string[] {
+  const ghost = isParamId(id) ? unreachedParams(ctx.payload).get(id.slice(PARAM_PREFIX.length)) : undefined;
+  if (ghost) return ctx.view.cy.getElementById(ghostKey(ghost.id)).nonempty() || !ghost.call ? [ghostKey(ghost.id)] : [callKey(ghost.call)];
+  return [nodeById(ctx, id) ? nodeKey(id) : callKey(id)];
+}
+
 function subjectOf(ctx: Core): Subject | null {
   const id = ctx.model.get("selected") || "";
   const last = openAtFrame.get(ctx);
@@ -121,7 +130,7 @@ function subjectOf(ctx: Core): Subject | null {
     const keys = s ? [...new Set(s.keys.map((k) => drawnKey(ctx, k)).filter((k): k is string => k !== null))] : [];
     return s && keys.length ? { ...s, keys } : null;
   };
-  const selected = id ? drawn({ keys: [nodeById(ctx, id) ? nodeKey(id) : callKey(id)], withLoss: true, name: focusName(ctx, id) }) : null;
+  const selected = id ? drawn({ keys: selectedKeys(ctx, id), withLoss: true, name: focusName(ctx, id) }) : null;
   if (selected) return selected;
   // Deepest first: the box a person opened, not its ancestors.
   const depth = (c: string): number => ctx.index.chain.get(c)?.length ?? 0;

@@ -3,7 +3,8 @@
 import { neighbourhood } from "../state/cap";
 import { groupsAround } from "../state/fold";
 import { missingCalls, TOP } from "../state/lazy";
-import { callKey, callShown, nodeKey, representative } from "../state/quotient";
+import { callKey, callShown, ghostKey, nodeKey, representative } from "../state/quotient";
+import { isParamId, PARAM_PREFIX, unreachedParams } from "../state/unreached";
 import type { Core } from "./context";
 import { change, ensureLoaded } from "./disclosure";
 import { relayout } from "./drawing";
@@ -11,6 +12,7 @@ import { nodeById, setSelected } from "./selection";
 
 /** Whether node or call `id` is drawn as itself now. */
 export function isDrawn(ctx: Core, id: string): boolean {
+  if (isParamId(id)) return false; // never drawn as itself: reveal shows its cut
   const node = nodeById(ctx, id);
   if (ctx.tooBig) return ctx.focus !== null && !!node && neighbourhoodHas(ctx, id);
   if (node) return representative(node, ctx.index, ctx.expanded, ctx.folded) === nodeKey(id);
@@ -22,6 +24,7 @@ const neighbourhoodHas = (ctx: Core, id: string): boolean => !!ctx.view.shown?.i
 /** Bring node or call `id` on screen: open (and load) the calls around it, unfold its stack,
  *  select it and centre on it at a readable zoom. */
 export async function reveal(ctx: Core, id: string, label = id): Promise<void> {
+  if (isParamId(id)) return revealParam(ctx, id, label);
   const { index, folds } = ctx;
   const node = nodeById(ctx, id);
   const call = node ? node.call : index.calls.has(id) ? id : null;
@@ -41,6 +44,23 @@ export async function reveal(ctx: Core, id: string, label = id): Promise<void> {
   if (!ok) return;
   setSelected(ctx, id);
   centreOn(ctx, node ? nodeKey(id) : callKey(id));
+}
+
+/** A parameter outside the graph: open the box its cut's ghost is drawn in, select it, centre on the ghost. */
+async function revealParam(ctx: Core, id: string, label: string): Promise<void> {
+  const ghost = unreachedParams(ctx.payload).get(id.slice(PARAM_PREFIX.length));
+  if (!ghost) return;
+  const chain = ghost.call ? (ctx.index.chain.get(ghost.call) ?? []) : [];
+  if (!ctx.tooBig) {
+    const ok = await change(
+      ctx,
+      (cur) => ({ expanded: new Set([...cur.expanded, ...chain]), unfolded: new Set([...cur.unfolded, ...(ghost.call ? groupsAround(ghost.call, ctx.folds, ctx.index) : [])]) }),
+      { action: `Showing ${label}`, incremental: true },
+    );
+    if (!ok) return;
+  }
+  setSelected(ctx, id);
+  centreOn(ctx, ghostKey(ghost.id));
 }
 
 /** Nothing but neighbourhoods is drawn: show the match's (a box: its first node's). */

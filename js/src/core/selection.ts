@@ -1,7 +1,8 @@
 // The selected element (the `selected` trait): its details panel and its highlight on the canvas.
 import type { GraphNode } from "../payload";
 import { callDetails, nodeDetails, nodeTitle } from "../state/labels";
-import { callKey, nodeKey } from "../state/quotient";
+import { callKey, ghostKey, nodeKey } from "../state/quotient";
+import { paramNode, unreachedParams, unreachedText, PARAM_PREFIX } from "../state/unreached";
 import { graphIndex } from "../state/graphindex";
 import type { DetailRow, LeadRows } from "../panels/details";
 import type { Core } from "./context";
@@ -27,7 +28,8 @@ export function setSelected(ctx: Core, id: string): void {
 export function showSelection(ctx: Core): void {
   const { details, view } = ctx;
   const id = ctx.model.get("selected") || "";
-  const node = id ? nodeById(ctx, id) : undefined;
+  const param = id ? paramNode(ctx.payload, id) : undefined;
+  const node = id ? (nodeById(ctx, id) ?? param) : undefined;
   const call = !node && id ? ctx.index.calls.get(id) : undefined;
   if (node) {
     const rows: DetailRow[] = nodeDetails(node);
@@ -41,8 +43,10 @@ export function showSelection(ctx: Core): void {
         collapse ||= first.collapse;
       }
     }
+    const ghost = param ? unreachedParams(ctx.payload).get(id.slice(PARAM_PREFIX.length)) : undefined;
+    if (ghost) lead.unshift(["outside", unreachedText(ghost)]);
     details.show(nodeTitle(node), rows, { rows: lead, collapse });
-    view.select(nodeKey(node.id));
+    view.select(ghost ? ghostKey(ghost.id) : nodeKey(node.id));
   } else if (call) {
     const rows: DetailRow[] = callDetails(call, call.size || ctx.index.size.get(call.id) || 0);
     for (const f of ctx.features) rows.push(...(f.callDetails?.(call) ?? []));

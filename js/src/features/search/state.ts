@@ -3,6 +3,8 @@
 // exact matches first, then leaves, boxes, ops (roots with ops); forward order within a rank.
 import type { GraphPayload } from "../../payload";
 import { nodeTitle } from "../../state/labels";
+import { ghostKey } from "../../state/quotient";
+import { PARAM_PREFIX, unreachedParams } from "../../state/unreached";
 
 export const MAX_RESULTS = 50;
 
@@ -49,6 +51,12 @@ export function searchIndex(payload: GraphPayload): SearchIndex {
     const where = n.call ? ` · in ${n.call}` : "";
     const label = nodeTitle(n) + (n.kind === "leaf" ? "" : n.op && n.op !== nodeTitle(n) ? ` (${n.op})` : "") + where;
     entries.push({ hit: { key: "n:" + n.id, id: n.id, label }, text: fields.join("\u0000"), fields, rank: n.kind === "leaf" ? RANK.leaf : RANK.op });
+  }
+  // A parameter a cut left outside the graph (a dead adapter): found by name, drawn as its cut's ghost.
+  for (const [name, g] of unreachedParams(payload)) {
+    const fields = [name.toLowerCase()];
+    const label = `${name} · no path to the loss (cut in ${g.where || "(top level)"})`;
+    entries.push({ hit: { key: ghostKey(g.id), id: PARAM_PREFIX + name, label }, text: fields[0], fields, rank: RANK.leaf });
   }
   const index = { entries };
   cache.set(payload, index);
