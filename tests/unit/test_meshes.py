@@ -20,6 +20,7 @@ import pytest
 WORKER = Path(__file__).with_name("mesh_worker.py")
 TOL = 1e-6
 MESHES = {"hsdp": 4, "tp": 2, "tp_fsdp": 4}
+GROUPS = {"hsdp": 1, "tp": 1, "tp_fsdp": 2}  # process groups the sharded pieces are spread over
 BUDGET_CPU_S = 100  # the three launches together (the CI allows 300 s for every distributed test)
 _CPU: dict[str, float] = {}
 
@@ -62,11 +63,12 @@ def test_norms_equal_full_tensor(ranks: list[dict[str, Any]]) -> None:
         assert all(err <= TOL for err in n["errors"].values()), n["errors"]
         assert n["zero_fracs"]["blocks.0.fc1.bias"] > 0  # the dead units' zeros were counted, across shards
         assert n["monitor_flags"] == []
-        # reduced, never gathered: one all-gather of a few floats per parameter row per mesh dimension (one
-        # mesh: 1 or 2 dims; TP x FSDP2 adds the outer 1-D mesh of the parameters tensor parallel leaves alone)
-        dims = {"hsdp": 2, "tp": 1, "tp_fsdp": 3}[r["mode"]]
+        # reduced, never gathered: one all-gather of a few floats per parameter row per process group the pieces
+        # are spread over (HSDP: the shard dimension only, replicas hold the same piece; TP x FSDP2: the dp group,
+        # shared by the 2-D mesh and the 1-D mesh of the parameters TP leaves alone, and the tp group)
+        groups = GROUPS[r["mode"]]
         for calls in (n["flow_calls"], n["monitor_calls"]):
-            assert calls["all_gather"] == dims and "all_reduce" not in calls, calls
+            assert calls["all_gather"] == groups and "all_reduce" not in calls, calls
         assert n["monitor_calls"]["gather"] == 1  # rank 0 gathers each rank's per-layer statistics
     assert len({json.dumps(r["norms"]["errors"]) for r in ranks}) == 1  # every rank holds the same statistics
 
@@ -135,10 +137,11 @@ def test_cost_beside_a_plain_step(ranks: list[dict[str, Any]]) -> None:
         plain, watched = c["plain_calls"], c["monitored_calls"]
         assert plain == c["plain2_calls"] and watched == c["monitored2_calls"]
         added = {k: watched.get(k, 0) - plain.get(k, 0) for k in watched}
-        # the monitor recording every step: one all-gather per mesh dimension (sums and maxima together), the
-        # per-rank gather to rank 0, and the update ratio's one all-reduce per mesh dimension
-        dims = {"hsdp": 2, "tp": 1, "tp_fsdp": 3}[r["mode"]]
-        assert added["all_gather"] == dims and added["gather"] == 1 and added["all_reduce"] == dims, added
+        # the monitor recording every step: one all-gather per process group (sums and maxima together), the
+        # per-rank gather to rank 0, and the update ratio's one all-reduce per process group: under HSDP one
+        # all-gather and one all-reduce on the shard dimension, nothing on the replicate one
+        groups = GROUPS[r["mode"]]
+        assert added["all_gather"] == groups and added["gather"] == 1 and added["all_reduce"] == groups, added
         assert math.isfinite(c["monitored_s"]) and math.isfinite(c["plain_s"])
 
 

@@ -351,8 +351,8 @@ def _refuse_dtensor_leaves(loss: torch.Tensor) -> None:
             f"gv.record_backward (and gv.why, breakpoints) cannot read gradients node by node under tensor parallel: "
             f"this graph's leaves are DTensors on a {tuple(mesh.shape)} mesh, whose gradients inside the backward "
             "are shards or pending sums and would need a collective at every node; use gv.gradient_flow(model) "
-            "after backward (full-tensor statistics, one collective per mesh dimension), or record an unsharded "
-            "copy of the model in one process.")
+            "after backward (full-tensor statistics, one collective per sharded mesh dimension), or record an "
+            "unsharded copy of the model in one process.")
 
 
 _INPLACE = re.compile(r"modified by an inplace operation: (.*?) instead", re.S)
