@@ -141,3 +141,23 @@ def test_an_autograd_grad_inside_a_custom_backward_is_followed() -> None:
     assert [s.op for s in inner] == ran == ["SumBackward0", "SinBackward0", "MulBackward0"]
     outer = next(s for s in rec.steps if s.op == "FBackward")
     assert all(s.index < outer.index for s in inner)  # in the engine's order: inside the outer node's run
+
+
+def test_the_nested_nodes_reach_the_loss_through_the_checkpoint_and_their_box_counts_them() -> None:
+    # PyTorch's truth: a plain backward gives every parameter a gradient, those inside the checkpoint too.
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(2, 4)
+    truth = Net()
+    truth.load_state_dict(model.state_dict())
+    truth(x).backward()
+    assert all(p.grad is not None for p in truth.parameters())
+    with gv.capture(model) as cap:
+        loss = model(x)
+    rec = gv.record_backward(loss, model=model, capture=cap)
+    g = rec.graph.nx
+    (outer,) = [n for n, op in g.nodes(data="op") if op == "CheckpointFunctionBackward"]
+    nested = [n for n in g if n.startswith(f"{outer}/")]
+    assert nested and any(u in nested for u in g.predecessors(outer))  # the recomputed output feeds its node
+    assert rec.graph.what_if().lost == []  # so no leaf inside is called cut off (the page's box said "4 lose")
+    sizes = {c["id"]: c["size"] for c in g.graph["calls"]}
+    assert sizes["b"] == sum(1 for _, call in g.nodes(data="call") if call == "b") == len(nested) + 1

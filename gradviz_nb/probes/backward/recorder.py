@@ -91,14 +91,18 @@ class Recorder:
         inner, inner_nodes = trace_with_nodes(roots, model, None, names)
         where = graph.nx.nodes[outer_id] if outer_id in graph.nx else {}
         kept = {n: prefix + n for n, d in inner.nx.nodes(data=True) if d["kind"] != "root"}
+        added = 0
         for n, new in kept.items():
             if new not in graph.nx:
                 d = dict(inner.nx.nodes[n])
                 d["call"], d["module"] = where.get("call", ""), where.get("module", "")
                 graph.nx.add_node(new, **d)
+                added += 1
+        _grow(graph, where.get("call", ""), added)
         for u, v, d in inner.nx.edges(data=True):
             if u in kept and v in kept and not graph.nx.has_edge(kept[u], kept[v]):
                 graph.nx.add_edge(kept[u], kept[v], **d)
+        _join(graph, inner, kept, outer_id)
         mapped = {fn: kept[n] for fn, n in inner_nodes.items() if n in kept}
         for fn in mapped:  # a leaf only the nested call reaches (no model= named it): its .grad put back
             var = getattr(fn, "variable", None)
@@ -228,3 +232,36 @@ def hidden_params(
         if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf and id(t) not in in_graph:
             found.setdefault(id(t), (t, []))[1].append(name)
     return list(found.values())
+
+
+def _join(graph: AutogradGraph, inner: AutogradGraph, kept: Mapping[str, str], outer_id: str) -> None:
+    """Join a nested call's nodes to the outer node that ran it: what the call's roots were made by feeds the
+    outer node (a reentrant checkpoint's recomputed output is its node's output; the gradient the node
+    received flows into that call), so reachability (what-if, lost leaves) sees the nested leaves reach the
+    loss. The edge carries inputs past the outer node's own (no gradient is ever sent to them)."""
+    if outer_id not in graph.nx:
+        return
+    first = 1 + max((i for _, _, slots in graph.nx.in_edges(outer_id, data="slots") for _, i in slots), default=-1)
+    roots = [n for n, kind in inner.nx.nodes(data="kind") if kind == "root"]
+    for k, root in enumerate(roots):
+        for u, _, d in inner.nx.in_edges(root, data=True):
+            if u not in kept:
+                continue
+            slot = [d["output_nr"], first + k]
+            if graph.nx.has_edge(kept[u], outer_id):
+                graph.nx.edges[kept[u], outer_id]["slots"].append(slot)
+            else:
+                graph.nx.add_edge(kept[u], outer_id, output_nr=slot[0], input_nr=slot[1], shape=d.get("shape"),
+                                  slots=[slot])
+
+
+
+def _grow(graph: AutogradGraph, call: str, added: int) -> None:
+    """The box holding a nested call's nodes, and every box around it, counts them (a box's ``size`` is its
+    nodes, its inner boxes' included): the page's "Hidden · 12 nodes", not the one opaque node."""
+    calls = {c["id"]: c for c in graph.nx.graph.get("calls", [])}
+    seen: set[str] = set()
+    while call in calls and call not in seen:
+        seen.add(call)
+        calls[call]["size"] += added
+        call = calls[call]["parent"]
