@@ -573,7 +573,9 @@ only because a check fired. In the stepper, pick **Run to → first NaN/Inf (whe
 the node that first received finite gradients and sent NaN/Inf, and prints the rule with PyTorch's numbers.
 `w.run_to(rec, "nonfinite")` is the same click from Python. Here it stops on `PowBackward0`, the squared
 error: it received a finite gradient and sent -inf, because its forward input was already -inf, made by the
-`log` in `head` that the doctor named."""),
+`log` in `head` that the doctor named. The loss itself is already Inf, so the stop says the forward made it and
+names that `log`, its module and its line in the cell that defines the model (the capture kept every op's line;
+`gv.find_nonfinite` names the same one)."""),
     ("code", """with gv.capture(model) as cap:
     loss = (model(x) - y).pow(2).mean()
 rec = gv.record_backward(loss, model=model, capture=cap, until="nonfinite")
