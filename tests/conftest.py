@@ -55,6 +55,7 @@ SLOW_TESTS = {
     "test_integrations_transformers.py::test_dead_adapter_fires_only_when_an_adapter_is_cut",
     "test_mutants.py::test_doctor_names_mutants",  # 240 mutants, each run twice and doctored: 10-20 min
     "test_mutants.py::test_every_family_plants_a_bug_pytorch_sees",  # up to 12 truths per family: 1-3 min
+    "test_mutants.py::test_why_and_prove_on_a_planted_detach_are_right_against_pytorch",  # a mutant doctored, 6 proofs
     "test_checkpointing.py::test_gpt2_random_marks_mixed_modes_and_nested_calls",  # 4 x 2 checkpointed re-runs
     "test_checkpointing.py::test_hf_gpt2_peft_lora_both_modes",  # HF GPT-2 + peft, checkpointed re-runs
     "test_checkpointing_agreement.py::test_gpt2_124m_answers_within_50_ms",  # traces GPT-2 124M

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.doctor.checks_clip import check_clip_norm
+from gradviz_nb.doctor.checks_freeze import check_self_freeze
 from gradviz_nb.doctor.checks_grads import (
     check_grad_edits,
     check_loss_weight,
@@ -438,5 +439,5 @@ CHECKS: tuple[Check, ...] = (check_inplace, check_flow, check_optimizer, check_s
                              check_registration, check_double_backward, check_unscaled_accumulation,
                              check_two_optimizers, check_zero_grad_before_step, check_recreated, check_grad_edits,
                              check_loss_weight, check_zero_grad_in_accumulation, check_lr_zero, check_data_write,
-                             check_functions, check_causes, check_clip_norm)
+                             check_functions, check_self_freeze, check_causes, check_clip_norm)
 """Every check the doctor runs, in order (findings are then sorted by the kinds' rank)."""

@@ -106,12 +106,17 @@ def check_double_backward(obs: Observed) -> list[Finding]:
             return [Finding(
                 "double-backward", common_module(shared), f"backward ran {len(win)} times into one "
                 f"{step.label}.step(), twice on {how}: the step used {ratio:.2f}x the loss's gradient",
-                f"at step {rec.index}, backward {later.index + 1} repeated backward {first.index + 1} ({how}; "
+                f"at step {rec.index}, backward {later.index + 1}{_at(later.line)} repeated backward "
+                f"{first.index + 1}{_at(first.line)} ({how}; "
                 f"losses {losses}); |g| of one backward {_g(_norm(first.contrib[n] for n in shared))}, |g| the "
                 f"step used {_g(_norm(step.grad[n] for n in shared))} over {len(shared)} parameters"
                 + _update_text(step, shared, first.contrib),
                 fix_for("double-backward"), rec.index)]
     return []
+
+
+def _at(line: str) -> str:
+    return f" at {line}" if line else ""
 
 
 def check_unscaled_accumulation(obs: Observed) -> list[Finding]:

@@ -79,6 +79,8 @@ class Backward:
     contrib: dict[str, float] = field(default_factory=dict)
     amp: float = 1.0  # a GradScaler's scale on the loss, taken out of ``contrib``
     cleared: frozenset[str] = frozenset()  # fed by an earlier backward not yet stepped, None or zero again here
+    frozen: frozenset[str] = frozenset()  # tensors with requires_grad=False when it started
+    line: str = ""  # the user's line that called it
 
 
 @dataclass
@@ -151,11 +153,13 @@ class StepEvents:
     edits: list[GradEdit] = field(default_factory=list)  # in-place writes into gradients after a backward
     writes: list[DataWrite] = field(default_factory=list)  # parameters written through .data during a forward
     calls: dict[type, FunctionCall] = field(default_factory=dict)  # custom autograd.Function classes called
+    switched_off: dict[str, str] = field(default_factory=dict)  # parameter -> the line that set requires_grad False
 
 
 _DIV = {torch.Tensor.div, torch.Tensor.div_, torch.Tensor.true_divide, torch.div, torch.true_divide}
 _MUL = {torch.Tensor.mul, torch.Tensor.mul_, torch.mul}
 _ADD = {torch.Tensor.add, torch.Tensor.add_, torch.add}
+_SWITCH = {torch.Tensor.requires_grad_, vars(torch._C.TensorBase)["requires_grad"].__set__}  # .requires_grad_(b), = b
 
 
 class _ScaleMode(TorchFunctionMode):
@@ -169,6 +173,8 @@ class _ScaleMode(TorchFunctionMode):
         self.edits = GradEdits()
         self.values = ValueWatch()
         self.order: Callable[[], int] = lambda: 0
+        self.params: dict[int, str] = {}  # the model's parameters by id, for requires_grad switches
+        self.switched_off: dict[str, str] = {}
 
     def amp_of(self, t: object) -> float:
         return self.amp.get(id(t), 1.0) if self.lookup(t) is not None else 1.0
@@ -178,6 +184,8 @@ class _ScaleMode(TorchFunctionMode):
         return (hit[1], hit[2]) if hit is not None and hit[0]() is t else None
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in _SWITCH and args and id(args[0]) in self.params:
+            self._switch(args, kwargs)
         hit = self.edits.hit(func, args)
         before = GradEdits.norm(hit) if hit else 0.0
         watching = self.values.in_forward
@@ -191,6 +199,12 @@ class _ScaleMode(TorchFunctionMode):
                 and out.requires_grad and out.numel() == 1 and not torch.compiler.is_compiling():
             self._note(func, args, out)
         return out
+
+    def _switch(self, args: Any, kwargs: Any) -> None:
+        """A parameter's requires_grad set to False during the step: where (the first time)."""
+        value = args[1] if len(args) > 1 else (kwargs or {}).get("requires_grad", True)
+        if not value:
+            self.switched_off.setdefault(self.params[id(args[0])], caller_line())
 
     def _note(self, func: Any, args: Any, out: torch.Tensor) -> None:
         a, b = args
@@ -275,6 +289,8 @@ class StepWatch:
         self.ev.edits = self._scales.edits.log
         self.ev.writes = self._scales.values.writes
         self.ev.calls = self._scales.values.calls
+        self._scales.params = {id(p): n for n, p in self.start.items()}
+        self.ev.switched_off = self._scales.switched_off
 
     def _next(self) -> int:
         self._order += 1
@@ -337,7 +353,8 @@ class StepWatch:
             amp = self._scales.amp_of(root)
             self._roots.append(weakref.ref(root))
         rec = Backward(order, len(self.ev.backwards), loss, *(scale or (1.0, ())), self.ev.forwards, self._batch,
-                       repeat, amp=amp)
+                       repeat, amp=amp, frozen=frozenset(n for n, t in tensors.items() if not t.requires_grad),
+                       line=caller_line())
         if self._fed:
             with torch.no_grad():
                 rec.cleared = frozenset(n for n in self._fed if n not in before or not bool(before[n].any()))

@@ -227,13 +227,19 @@ def _is_diagnosis(source: Any) -> bool:
 
 
 def _from_diagnosis(dx: Any, name: str) -> Why:
-    known = _REMEMBERED.get(dx.graph, {}) if dx.graph is not None else {}
-    if name in known:
-        return known[name]
-    finding = next((f for f in dx.findings if f.target == name or name.startswith(f.target + ".")), None)
+    """The answer the doctor's step explained for ``name``; else the finding about it (its own, its module's,
+    then one about the whole model: a step finding such as a second backward speaks of every parameter); a
+    gradient the step could not explain yields to a finding that names a cause."""
+    known = (_REMEMBERED.get(dx.graph, {}) if dx.graph is not None else {}).get(name)
+    if known is not None and known.kind not in (None, "vanishing"):
+        return known
+    finding = next((f for f in dx.findings if f.target == name or name.startswith(f.target + ".")), None) or \
+        next((f for f in dx.findings if f.target in ("(model)", "")), None)
     if finding is not None:
         return Why(name, _finding_status(dx, name, finding.kind), finding.kind, finding.message, finding.evidence,
                    finding.fix, finding.node)
+    if known is not None:
+        return known
     if dx.graph is None:
         return Why(name, "ok", None, "the doctor found nothing about it", "no backward ran in the observed steps",
                    "nothing to fix")
@@ -250,12 +256,39 @@ def _from_diagnosis(dx: Any, name: str) -> Why:
 ZERO_KINDS = ("zero-derivative", "saturated", "hook-zeroed", "custom-backward", "vanishing", "dead-adapter")
 
 
+SCALING_KINDS = ("double-backward", "unscaled-accumulation", "unscaled-step", "clip-before-unscale")
+"""Findings that measured the gradient the step used as a multiple of the loss's own."""
+
+
 def _finding_status(dx: Any, name: str, kind: str) -> str:
-    """What the step measured for ``name``: "none" when it is no leaf of the step's graph (its .grad was None
-    after the step's backward), "zero" for a finding about a zero, else "ok" (the finding is about the step)."""
+    """What the step measured for ``name``, from the gradient its first optimizer step saw (``grad_norms``):
+    "none" (no gradient, or no leaf of the step's graph), "zero", "tiny" (against the weight's norm), "scaled"
+    for a finding that measured a factor on it, else "ok" (the finding is about the step); a zero-kind finding
+    with nothing measured says "zero"."""
+    from gradviz_nb.probes.causes import TINY
+
+    norms = getattr(dx, "grad_norms", {}) or {}
+    if name in norms:
+        g = norms[name]
+        if g is None:
+            return "none"
+        if g == 0:
+            return "zero"
+        weight = _weight_norm(dx, name)
+        if weight and g / weight < TINY:
+            return "tiny"
+        return "scaled" if kind in SCALING_KINDS else "ok"
     if dx.graph is None or name not in dx.graph.leaves():
         return "none"
     return "zero" if kind in ZERO_KINDS else "ok"
+
+
+def _weight_norm(dx: Any, name: str) -> float:
+    """The norm of the parameter's values, read from the step's graph (0.0 when it is gone)."""
+    node = dx.graph.leaves().get(name) if dx.graph is not None else None
+    ref = dx.graph.tensors.get(node) if node is not None else None
+    t = ref() if ref is not None else None
+    return float(t.detach().double().norm()) if isinstance(t, torch.Tensor) else 0.0
 
 
 def _lost_in(loss: torch.Tensor, graph: AutogradGraph, name: str, model: nn.Module | None,

@@ -1,11 +1,13 @@
 """``Why.prove()``: apply a mechanical fix in a re-run, inside the sandbox, and measure the gradient.
 
-Mechanical fixes: drop the recorded ``detach()`` / ``.data`` (matched by its source line); at the line where a
-value left the graph, keep the tensor (``.item()`` / ``.tolist()`` / a copy constructor / a cast return the
-tensor; ``float(t)`` / ``int(t)`` return the number, and the ``torch.tensor(...)`` that brings that very number
-back returns ``t``); unfreeze the parameter (or its frozen parent); run a ``torch.no_grad()`` or
-``torch.inference_mode()`` region with grad enabled; run a reentrant checkpoint as ``use_reentrant=False``; and
-leave out the hook (tensor, module forward, forward pre, full backward, backward pre) that zeroed the gradient.
+Mechanical fixes: drop the recorded ``detach()`` / ``.data`` / in-place ``detach_()`` (matched by its source
+line); at the line where a value left the graph, keep the tensor (``.item()`` / ``.tolist()`` / a copy constructor
+/ a cast return the tensor; ``float(t)`` / ``int(t)`` / ``.numpy()`` return the number or array, and the
+``torch.tensor(...)`` that brings that very number back, or a tensor over that array's memory
+(``torch.from_numpy``), stands for ``t``); unfreeze the parameter (or its frozen parent), and keep it unfrozen if
+the forward switches it off again; run a ``torch.no_grad()`` or ``torch.inference_mode()`` region with grad
+enabled; run a reentrant checkpoint as ``use_reentrant=False``; and leave out the hook (tensor, module forward,
+forward pre, full backward, backward pre) that zeroed the gradient.
 
 Nothing is patched for the process: every switch is per thread. Grad mode is lifted by a ``TorchFunctionMode``
 (modes are per thread) that runs each torch call made with grad off under ``enable_grad``; the checkpoint is
@@ -25,7 +27,7 @@ import contextlib
 import inspect
 import sys
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +113,7 @@ class _Fix(TorchFunctionMode):
         self.event, self.hits, self.refused = event, 0, ""
         self.lines = {line for line in (event.line, event.via) if line}
         self._kept: dict[int, tuple[Any, torch.Tensor]] = {}  # id(number float(t) returned) -> (number, t)
+        self._arrays: list[tuple[int, torch.Tensor]] = []  # (address of an array .numpy() gave, t)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -121,13 +124,28 @@ class _Fix(TorchFunctionMode):
                 user_line() == e.line:
             self.hits += 1
             return first
+        if first is not None and e.kind == "detached" and e.op == f".{getattr(func, '__name__', '')}()" and \
+                first.grad_fn is not None and user_line() == e.line:  # an in-place op that took the history
+            self.hits += 1
+            return first
         if e.kind == "hook" and func is torch.Tensor.register_hook and user_line() == e.line:
             self.hits += 1
             return torch.utils.hooks.RemovableHandle(OrderedDict())  # a handle to nothing (it weak-refs the dict)
+        if self._arrays:
+            args = tuple(self._from_array(a) for a in args)
         out = func(*args, **kwargs)
         if e.kind in ("left-graph", "zero-derivative") and torch.is_grad_enabled():
             return self._keep(func, args, kwargs, out)
         return out
+
+    def _from_array(self, a: Any) -> Any:
+        """A tensor without history over the memory of an array ``.numpy()`` gave (``torch.from_numpy``, which
+        torch functions do not see): ``t`` again."""
+        if isinstance(a, torch.Tensor) and not a.requires_grad and a.device.type == "cpu":
+            for ptr, t in self._arrays:
+                if a.data_ptr() == ptr and a.numel() == t.numel():
+                    return t.reshape(a.shape).to(a.dtype)
+        return a
 
     def _keep(self, func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> Any:
         back = next((kept for v in (*args, *kwargs.values()) if (kept := self._kept.get(id(v))) and kept[0] is v),
@@ -148,6 +166,10 @@ class _Fix(TorchFunctionMode):
         if isinstance(out, list):
             self.hits += 1
             return t
+        if type(out).__module__ == "numpy" and getattr(out, "size", -1) == t.numel():
+            self.hits += 1  # .numpy(): the array stays (numpy code may read it); a tensor over its memory is t
+            self._arrays.append((int(out.__array_interface__["data"][0]), t))
+            return out
         stand_in = _like(t, out)
         if stand_in is None and WATCHED.get(func) == "cast" and isinstance(out, torch.Tensor) \
                 and out.numel() == t.numel():
@@ -177,6 +199,28 @@ class _LiftGrad(TorchFunctionMode):
             with torch.inference_mode(False), torch.enable_grad():
                 return func(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+class _KeepGrad(TorchFunctionMode):
+    """This thread only: ``requires_grad_(False)`` / ``.requires_grad = False`` on the unfrozen parameters is
+    skipped, so a step or hook that freezes them again in the re-run does not undo the fix."""
+
+    def __init__(self, targets: Sequence[torch.Tensor]) -> None:
+        super().__init__()
+        self.ids = {id(t) for t in targets}
+        self.kept = 0  # freezes skipped (not ``hits``: a plain frozen parameter has none to skip)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _SWITCH and args and id(args[0]) in self.ids:
+            value = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+            if not value:
+                self.kept += 1
+                return args[0] if func is torch.Tensor.requires_grad_ else None
+        return func(*args, **kwargs)
+
+
+_SWITCH = (torch.Tensor.requires_grad_, vars(torch._C.TensorBase)["requires_grad"].__set__)
 
 
 def _set_local(frame: Any, name: str, value: Any) -> None:
@@ -239,7 +283,7 @@ def fix_context(w: Why, model: nn.Module, p: torch.Tensor) -> tuple[contextlib.A
         targets = list(model.get_submodule(parent).parameters()) if parent else [p]
         for q in targets:
             q.requires_grad_(True)
-        return contextlib.nullcontext(), (f"model.{parent}.requires_grad_(True)" if parent else
+        return _KeepGrad(targets), (f"model.{parent}.requires_grad_(True)" if parent else
                                           f"{w.name}.requires_grad_(True)")
     if w.kind == "no-grad":
         how = e.op if e is not None and e.op.startswith("torch.") else "torch.no_grad()"

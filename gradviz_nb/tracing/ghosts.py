@@ -198,12 +198,18 @@ class GhostFollower:
         """Whether any input may carry a ghost (a carried tensor is alive, or a parameter is frozen)."""
         return bool(self._carrier or self._frozen)
 
-    def detached(self, source: torch.Tensor, func: Any) -> Ghost:
-        """A new ghost for ``source.detach()`` / ``source.data``, with the parameters the cut leaves behind."""
-        label = ".data" if func is not torch.Tensor.detach else "detach()"
+    def detached(self, source: torch.Tensor, func: Any, grad_fn: Any = None, output_nr: int = 0) -> Ghost:
+        """A new ghost for ``source.detach()`` / ``source.data``, with the parameters the cut leaves behind;
+        ``grad_fn`` / ``output_nr``: the history an in-place op (``detach_()``) just took from ``source``."""
+        name = getattr(func, "__name__", "")
+        label = ("detach()" if func is torch.Tensor.detach else f".{name}()" if grad_fn is not None and name
+                 else ".data")
         call = self._current_call()
         ghost = Ghost("detached", label, list(source.shape), call, where=call.path if call else "", line=user_line())
-        if source.grad_fn is not None:
+        if grad_fn is not None:
+            ghost.source_seq, ghost.output_nr = grad_fn._sequence_nr(), output_nr
+            cut = upstream_leaves(grad_fn)
+        elif source.grad_fn is not None:
             ghost.source_seq, ghost.output_nr = source.grad_fn._sequence_nr(), source.output_nr
             cut = upstream_leaves(source.grad_fn)
         else:

@@ -129,6 +129,7 @@ class ForwardObserver(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         target = args[0] if args and name.endswith("_") and not name.endswith("__") else None
         made_by = target.grad_fn if isinstance(target, torch.Tensor) and has_grad_fn(target) else None
+        made_nr = target.output_nr if made_by is not None and isinstance(target, torch.Tensor) else 0
         watched = WATCHED.get(func)  # the hot path's one extra cost: a dict lookup
         if watched == "hook" and not _in_backward():
             args = self._measure_hook(args)
@@ -142,6 +143,9 @@ class ForwardObserver(TorchFunctionMode):
         if not (type(out) is torch.Tensor and out.requires_grad) and dropped_grad(out) and torch.is_grad_enabled() \
                 and not is_detach(func) and not _in_backward():
             self._maybe_cut(func, watched, args, kwargs or {}, out)  # the one rule: see tracing/cuts.py
+        if made_by is not None and isinstance(target, torch.Tensor) and not target.requires_grad \
+                and torch.is_grad_enabled() and not _in_backward():  # an in-place op took the history away
+            self._follower.carry(target, [self._detached(target, func, made_by, made_nr)])
         if made_by is not None and isinstance(target, torch.Tensor) and not _in_backward():
             call = self._current_call()
             self.inplace.append(InplaceWrite(name, made_by.name(), target.output_nr, tuple(target.shape),
@@ -161,8 +165,8 @@ class ForwardObserver(TorchFunctionMode):
                 self._follower.follow(out, carried, before)
         return out
 
-    def _detached(self, source: torch.Tensor, func: Any) -> Ghost:
-        ghost = self._follower.detached(source, func)
+    def _detached(self, source: torch.Tensor, func: Any, grad_fn: Any = None, output_nr: int = 0) -> Ghost:
+        ghost = self._follower.detached(source, func, grad_fn, output_nr)
         ghost.evidence = self._evidence("data-access" if ghost.label == ".data" else "detached", ghost.label,
                                         cut=ghost.cut, shape=ghost.shape, targets=ghost.target_seqs)
         return ghost

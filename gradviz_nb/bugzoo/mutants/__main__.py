@@ -37,6 +37,15 @@ def _table(title: str, rows: dict[str, tuple[int, int]]) -> list[str]:
     return out
 
 
+def _why_table(title: str, rows: dict[str, list[int]]) -> list[str]:
+    out = [f"| {title} | gv.why right | parameters | | prove() right | mechanical fixes | |",
+           "|---|---|---|---|---|---|---|"]
+    for key, (right, params, proven, proofs) in rows.items():
+        out.append(f"| {key} | {right} | {params} | {100 * right / max(params, 1):.0f}% | {proven} | {proofs} | "
+                   f"{f'{100 * proven / proofs:.0f}%' if proofs else '-'} |")
+    return out
+
+
 def report(result: Run, args: str) -> str:
     """The whole run as Markdown: score, per-family and per-host tables, discards, every miss."""
     n = len(result.results)
@@ -50,7 +59,11 @@ def report(result: Run, args: str) -> str:
                   f"with a false alarm: {alarms or 'none'}.", ""]
     lines += [*_table("half", result.tally(lambda r: half(r.family))), ""]
     lines += [*_table("family", result.tally(lambda r: f"{r.family} ({half(r.family)})")), ""]
-    lines += [*_table("host", result.tally(lambda r: r.host)), "", "## Misses", ""]
+    lines += [*_table("host", result.tally(lambda r: r.host)), ""]
+    lines += ["## gv.why and prove() on every affected parameter (status, cause, line; a mechanical fix proven "
+              "and giving the host's gradient)", ""]
+    lines += [*_why_table("half", result.why_tally(lambda r: half(r.family))), ""]
+    lines += [*_why_table("family", result.why_tally(lambda r: f"{r.family} ({half(r.family)})")), "", "## Misses", ""]
     for r in result.results:
         if r.score.named:
             continue
@@ -61,6 +74,13 @@ def report(result: Run, args: str) -> str:
             lines.append(f"  - not covered by a {'/'.join(sorted(FAMILIES[r.family].kinds))} finding: "
                          f"{_names(r.score.missing)}")
         lines += [f"  - false: {x}" for x in r.score.false]
+    lines += ["", "## gv.why and prove() wrong", ""]
+    for r in result.results:
+        if r.why.wrong:
+            lines.append(f"- **#{r.index} {r.family}** on **{r.host}**: `{r.truth.site}`")
+            lines += [f"  - {x}" for x in r.why.wrong[:6]]
+            if len(r.why.wrong) > 6:
+                lines.append(f"  - (+{len(r.why.wrong) - 6} more)")
     lines += ["", "## Discarded", ""] + [f"- no effect: {x}" for x in result.no_effect]
     lines += [f"- loud: {x}" for x in result.loud]
     return "\n".join(lines) + "\n"

@@ -65,6 +65,7 @@ class Setup:
     optimizer: torch.optim.Optimizer
     step: Callable[[], None]
     second: torch.optim.Optimizer | None = None
+    loss: Callable[[], Tensor] | None = None  # the step's loss on the whole batch, as a function (for prove())
 
 
 def _chunks(batch: tuple[Tensor, Tensor], n: int) -> Iterator[tuple[Tensor, Tensor]]:
@@ -81,19 +82,23 @@ def build(plan: Plan) -> Setup:
     scaler = torch.amp.GradScaler("cpu") if r.scaler else None
     around = r.around_step or (lambda _: contextlib.nullcontext())
 
+    def forward_loss(x: Tensor, y: Tensor) -> Tensor:
+        with context():
+            pred = host.forward(model, x)
+        if r.detach_pred:
+            pred = pred.detach()
+        loss = host.criterion(model, pred, y)
+        if r.weight_decay:
+            loss = loss + r.weight_decay * sum(p.pow(2).sum() for p in model.parameters() if p.requires_grad)
+        return loss
+
     def step() -> None:
         if r.zero_grad == "before":
             opt.zero_grad()
         for x, y in _chunks(host.batch, r.micro):
             if r.zero_grad == "each":
                 opt.zero_grad()
-            with context():
-                pred = host.forward(model, x)
-            if r.detach_pred:
-                pred = pred.detach()
-            loss = host.criterion(model, pred, y)
-            if r.weight_decay:
-                loss = loss + r.weight_decay * sum(p.pow(2).sum() for p in model.parameters() if p.requires_grad)
+            loss = forward_loss(x, y)
             if r.divide and r.micro > 1:
                 loss = loss / r.micro
             if r.loss_weight is not None:
@@ -118,7 +123,11 @@ def build(plan: Plan) -> Setup:
         if second is not None:
             second.step()
 
-    return Setup(model, opt, step, second)
+    def whole_loss() -> Tensor:
+        loss = forward_loss(*host.batch)
+        return loss * r.loss_weight if r.loss_weight is not None else loss
+
+    return Setup(model, opt, step, second, whole_loss)
 
 
 def patch_forward(module: nn.Module, after: Callable[[Tensor], Tensor] | None = None,

@@ -14,9 +14,10 @@ from random import Random
 import torch
 
 from gradviz_nb.bugzoo.mutants import FAMILIES, HOSTS
-from gradviz_nb.bugzoo.mutants.score import Score, judge, run_doctor
+from gradviz_nb.bugzoo.mutants.score import Score, doctor_built, judge
 from gradviz_nb.bugzoo.mutants.split import half
 from gradviz_nb.bugzoo.mutants.truth import Truth, measure
+from gradviz_nb.bugzoo.mutants.why_score import WhyScore, score_why
 
 __all__ = ["RESULTS", "Result", "Run", "run"]
 
@@ -31,6 +32,7 @@ class Result:
     seed: int
     truth: Truth
     score: Score
+    why: WhyScore = field(default_factory=WhyScore)
 
 
 @dataclass
@@ -50,6 +52,15 @@ class Run:
             out[key(r)] = (named + r.score.named, total + 1)
         return dict(sorted(out.items()))
 
+    def why_tally(self, key: Callable[[Result], str]) -> dict[str, list[int]]:
+        """``key -> [why right, parameters asked, proofs right, proofs tried]`` (:mod:`.why_score`)."""
+        out: dict[str, list[int]] = {}
+        for r in self.results:
+            row = out.setdefault(key(r), [0, 0, 0, 0])
+            for i, v in enumerate((r.why.right, r.why.params, r.why.proven, r.why.proofs)):
+                row[i] += v
+        return dict(sorted(out.items()))
+
     @property
     def named(self) -> int:
         return sum(r.score.named for r in self.results)
@@ -63,13 +74,16 @@ class Run:
                 "hosts": {k: list(v) for k, v in self.tally(lambda r: r.host).items()},
                 "halves": {k: list(v) for k, v in self.tally(lambda r: half(r.family)).items()},
                 "half_of": {k: half(k) for k in sorted({r.family for r in self.results})},
+                "why": {"halves": self.why_tally(lambda r: half(r.family)),
+                        "families": self.why_tally(lambda r: r.family)},
                 **({"recipes": self.recipes} if self.recipes else {})}
 
     def save(self, path: Path = RESULTS) -> None:
         path.write_text(json.dumps(self.summary(), indent=1) + "\n", encoding="utf-8")
 
 
-Draw = tuple[str, str, int, str, "Truth | None", "Score | None"]  # family, host, seed, label, truth, score
+Draw = tuple[str, str, int, str, "Truth | None", "Score | None", "WhyScore | None"]
+# family, host, seed, label, truth, the doctor's score, why's score
 
 
 def _draw(seed: int, i: int, family: str | None, host: str | None) -> Draw | None:
@@ -85,12 +99,18 @@ def _draw(seed: int, i: int, family: str | None, host: str | None) -> Draw | Non
     truth = measure(fam, host_name, mseed)
     label = f"#{i} {fam.name} on {host_name} (seed {mseed})"
     if truth is None or truth.error or not truth.affected:
-        return fam.name, host_name, mseed, label, truth, None
+        return fam.name, host_name, mseed, label, truth, None, None
     try:
-        score = judge(fam, truth, run_doctor(fam, host_name, mseed))
+        dx, built = doctor_built(fam, host_name, mseed)
     except Exception as err:  # the doctor crashing on a mutant is a miss, shown with its error
         score = Score(False, sorted(truth.affected), [], f"doctor raised {type(err).__name__}: {err}")
-    return fam.name, host_name, mseed, label, truth, score
+        return fam.name, host_name, mseed, label, truth, score, WhyScore(params=len(truth.affected))
+    score = judge(fam, truth, dx)
+    try:
+        whys = score_why(fam, truth, dx, built.setup)
+    except Exception as err:  # gv.why crashing is every answer wrong, shown with its error
+        whys = WhyScore(params=len(truth.affected), wrong=[f"gv.why raised {type(err).__name__}: {err}"])
+    return fam.name, host_name, mseed, label, truth, score, whys
 
 
 def _draw_args(args: tuple[int, int, str | None, str | None]) -> Draw | None:
@@ -136,7 +156,7 @@ def run(seed: int, n: int, family: str | None = None, host: str | None = None,
 def _take(out: Run, i: int, d: Draw | None, progress: Callable[[Result], None] | None) -> None:
     if d is None:
         return
-    fam, host_name, mseed, label, truth, score = d
+    fam, host_name, mseed, label, truth, score, whys = d
     if truth is None:
         out.no_site += 1
     elif truth.error:
@@ -144,7 +164,7 @@ def _take(out: Run, i: int, d: Draw | None, progress: Callable[[Result], None] |
     elif score is None:
         out.no_effect.append(f"{label}: {truth.site}")
     else:
-        result = Result(i, fam, host_name, mseed, truth, score)
+        result = Result(i, fam, host_name, mseed, truth, score, whys or WhyScore())
         out.results.append(result)
         if progress is not None:
             progress(result)

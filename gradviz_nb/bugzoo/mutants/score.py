@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import torch
 
 from gradviz_nb.bugzoo.mutants.family import Family
-from gradviz_nb.bugzoo.mutants.truth import TORCH_SEED, Truth, make
+from gradviz_nb.bugzoo.mutants.truth import TORCH_SEED, Built, Truth, make
 from gradviz_nb.doctor import Diagnosis, doctor
 
-__all__ = ["Score", "covered", "judge", "run_doctor"]
+__all__ = ["Score", "covered", "doctor_built", "judge", "run_doctor"]
 
 
 def covered(target: str, universe: set[str], aliases: dict[str, str]) -> set[str]:
@@ -43,12 +43,19 @@ class Score:
 
 
 def run_doctor(fam: Family, host_name: str, seed: int) -> Diagnosis:
+    """The doctor's diagnosis of the mutant (its state restored afterwards)."""
+    return doctor_built(fam, host_name, seed)[0]
+
+
+def doctor_built(fam: Family, host_name: str, seed: int) -> tuple[Diagnosis, Built]:
+    """The doctor's diagnosis of the mutant, and the built mutant it ran on (restored: ``gv.why`` and ``prove()``
+    are asked about it next)."""
     built = make(fam, host_name, seed, True)
     assert built is not None
     torch.manual_seed(TORCH_SEED + 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return doctor(built.setup.step, built.setup.model, built.setup.optimizer)
+        return doctor(built.setup.step, built.setup.model, built.setup.optimizer), built
 
 
 def judge(fam: Family, truth: Truth, dx: Diagnosis) -> Score:

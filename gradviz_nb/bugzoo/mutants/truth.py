@@ -10,13 +10,24 @@ not), ``vanished`` (under 1e-6 of the host's norm), ``scaled`` (the host's gradi
 ``stuck`` (same gradient, the host's moved and the mutant's did not), ``update`` (same gradient, moved
 differently), ``changed`` (any other difference) or ``same``. A parameter the host does not have (a
 module the mutant added) is ``none`` when it got no gradient.
+
+The mutation's source lines are measured too: the lines of this package's files (``plan.py``, the operators)
+that the mutant's steps ran and the host's did not, with the ``def`` line of each function that ran (a
+``sys.settrace`` over the steps, these files only). A
+mutation made before the steps (a parameter frozen, an optimizer built without one) has none.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from random import Random
+from types import FrameType
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -70,9 +81,37 @@ def make(fam: Family | None, host_name: str, seed: int, mutate: bool) -> Built |
 
 
 Record = dict[str, tuple[Tensor | None, Tensor]]
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _run(built: Built, steps: int) -> tuple[Record, list[Record]]:
+@contextmanager
+def _lines_run(into: set[str] | None) -> Iterator[None]:
+    """``file.py:LINE`` of every line of this package's files run inside the block (this thread), into ``into``."""
+    if into is None:
+        yield
+        return
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            into.add(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+        return local
+
+    def calls(frame: FrameType, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if not code.co_filename.startswith(_HERE):
+            return None
+        into.add(f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}")  # the def line of what ran
+        return local
+
+    old = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        yield
+    finally:
+        sys.settrace(old)
+
+
+def _run(built: Built, steps: int, lines: set[str] | None = None) -> tuple[Record, list[Record]]:
     def record(params: dict[str, nn.Parameter]) -> Record:
         return {n: (None if p.grad is None else p.grad.detach().clone(), p.detach().clone())
                 for n, p in params.items()}
@@ -86,7 +125,8 @@ def _run(built: Built, steps: int) -> tuple[Record, list[Record]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(steps):
-            built.setup.step()
+            with _lines_run(lines):
+                built.setup.step()
             out.append(record(params))
     return start, out
 
@@ -136,19 +176,25 @@ class Truth:
     unknown: set[str] = field(default_factory=set)
     aliases: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    lines: set[str] = field(default_factory=set)
+    host_norms: dict[str, float | None] = field(default_factory=dict)
 
 
 _REFERENCES: dict[tuple[str, str], tuple[Record, list[Record]]] = {}
+_REFERENCE_LINES: dict[tuple[str, str], set[str]] = {}
 
 
-def _reference(fam: Family, host_name: str, seed: int) -> tuple[Record, list[Record]]:
-    """The unmutated host's run; hosts prepared alike (same recipe) run alike, so it is kept per recipe."""
+def _reference(fam: Family, host_name: str, seed: int) -> tuple[Record, list[Record], set[str]]:
+    """The unmutated host's run and the lines it ran; hosts prepared alike (same recipe) run alike, so it is
+    kept per recipe."""
     reference = make(fam, host_name, seed, False)
     assert reference is not None
     key = (host_name, repr(reference.recipe))
     if key not in _REFERENCES:
-        _REFERENCES[key] = _run(reference, 2)
-    return _REFERENCES[key]
+        lines: set[str] = set()
+        _REFERENCES[key] = _run(reference, 2, lines)
+        _REFERENCE_LINES[key] = lines
+    return (*_REFERENCES[key], _REFERENCE_LINES[key])
 
 
 def _zero_in_plain_host(host_name: str) -> set[str]:
@@ -166,13 +212,16 @@ def measure(fam: Family, host_name: str, seed: int) -> Truth | None:
     if mutant is None:
         return None
     truth = Truth(mutant.site, aliases=mutant.aliases)
-    start_h, host = _reference(fam, host_name, seed)
+    start_h, host, host_lines = _reference(fam, host_name, seed)
+    lines: set[str] = set()
     try:
-        start_m, mut = _run(mutant, 2)
+        start_m, mut = _run(mutant, 2, lines)
     except Exception as err:  # a loud bug (the step raises) is not a silent one: discarded, with the reason
         truth.error = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
         return truth
     at = 1 if fam.late else 0
+    truth.lines = lines - host_lines
+    truth.host_norms = {n: None if g is None else float(g.double().norm()) for n, (g, _) in host[at].items()}
     blind = _zero_in_plain_host(host_name)
     for name in mut[at]:
         s = status(mut[at][name], host[at].get(name), start_m[name][1], start_h[name][1] if name in start_h else None)

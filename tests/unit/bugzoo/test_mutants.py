@@ -138,3 +138,54 @@ def test_classes_after_the_original_are_split_by_a_fixed_rule() -> None:
     assert [f for f in new if half(f) == "held-out"] == [
         "clip-before-unscale", "clip-value-to-nothing", "cut-copy-constructor", "cut-index-op", "grad-edited",
         "grad-mode-off", "loss-weight-zero", "scaler-bypassed", "zero-constant-output"]
+
+
+def test_truth_measures_the_mutations_source_lines() -> None:
+    """The lines the mutant's steps ran and the host's did not: the planted detach's own line; a mutation made
+    before the step (a frozen parameter) has none."""
+    import inspect
+
+    from gradviz_nb.bugzoo.mutants import ops_forward
+
+    truth = next(t for s in range(8) if (t := measure(FAMILIES["detach"], "mlp", s)) is not None and t.affected)
+    source, _ = inspect.getsourcelines(ops_forward)
+    line = next(i + 1 for i, text in enumerate(source) if "lambda t: t.detach()" in text)
+    assert f"ops_forward.py:{line}" in truth.lines
+    assert all(x.split(":")[0] in ("ops_forward.py", "plan.py") for x in truth.lines), truth.lines
+    frozen = next(t for s in range(8) if (t := measure(FAMILIES["frozen"], "mlp", s)) is not None and t.affected)
+    assert frozen.lines == set()
+    assert all(frozen.host_norms[n] for n in frozen.affected)  # the host's gradient, for prove()'s comparison
+
+
+def test_why_score_needs_status_cause_and_line() -> None:
+    from gradviz_nb.bugzoo.mutants.truth import Truth
+    from gradviz_nb.bugzoo.mutants.why_score import cited_lines, score_why
+    from gradviz_nb.doctor import Diagnosis, Finding
+
+    fam = FAMILIES["detach"]
+    truth = Truth("a: out.detach()", statuses={"a.w": "none", "c.w": "same"}, affected={"a.w"},
+                  universe={"a.w", "c.w"}, lines={"ops.py:7"})
+
+    def dx(kind: str, where: str) -> Diagnosis:
+        return Diagnosis([Finding(kind, "a", f"cut by the detach() at /x/{where}", "e", "f")], 2,  # type: ignore[arg-type]
+                         True)
+
+    assert cited_lines("at /a/b/ops.py:7 and c.py:12") == {"ops.py:7", "c.py:12"}
+    right = score_why(fam, truth, dx("detached", "ops.py:7"), None)
+    assert (right.params, right.status, right.cause, right.line, right.right) == (1, 1, 1, 1, 1)
+    assert score_why(fam, truth, dx("detached", "ops.py:8"), None).right == 0  # another line
+    assert score_why(fam, truth, dx("no-grad", "ops.py:7"), None).right == 0  # another cause
+    truth.statuses["a.w"] = "zero"
+    assert score_why(fam, truth, dx("detached", "ops.py:7"), None).status == 0  # said none, PyTorch saw zero
+
+
+def test_why_and_prove_on_a_planted_detach_are_right_against_pytorch() -> None:
+    """End to end on one mutant: gv.why names every affected parameter's status, cause and line, and each
+    proof gives the host's own gradient."""
+    from gradviz_nb.bugzoo.mutants.runner import _draw
+
+    drawn = _draw(0, 43, "detach", "mlp")
+    assert drawn is not None
+    truth, whys = drawn[4], drawn[6]
+    assert truth is not None and whys is not None and truth.affected
+    assert (whys.right, whys.proven) == (whys.params, whys.proofs) and whys.proofs == len(truth.affected), whys.wrong
