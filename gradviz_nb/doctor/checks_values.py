@@ -139,7 +139,8 @@ def _module_of(obs: Observed, call: FunctionCall) -> str:
 
 
 def _reached(obs: Observed, call: FunctionCall) -> list[str]:
-    """The parameters upstream of the Function's node in the first step's graph: its gradient reaches them."""
+    """The parameters upstream of the Function's nodes in the first step's graph (the checked call's, and every
+    other call of the same Function: the same backward runs there): its gradient reaches them."""
     rec = obs.records[0] if obs.records else None
     g = rec.graph.nx if rec is not None and rec.graph is not None else None
     if g is None or call.seq is None:
@@ -147,9 +148,11 @@ def _reached(obs: Observed, call: FunctionCall) -> list[str]:
     node = next((n for n, d in g.nodes(data=True) if d.get("kind") == "op" and d.get("seq") == call.seq), None)
     if node is None:
         return []
-    names: list[str] = []
-    for n in nx.ancestors(g, node):
+    op = g.nodes[node].get("op")
+    nodes = [n for n, d in g.nodes(data=True) if d.get("kind") == "op" and d.get("op") == op] or [node]
+    names: set[str] = set()
+    for n in set().union(*(nx.ancestors(g, m) for m in nodes)):
         d = g.nodes[n]
         if d.get("kind") == "leaf" and d.get("name"):
-            names.append(str(d["name"]))
+            names.add(str(d["name"]))
     return sorted(names)

@@ -19,6 +19,7 @@ Walking from the parameter towards the loss, the first thing that explains the m
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -549,6 +550,30 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
                  "was recorded", fix_for("vanishing"), leaf)
 
 
+def _in_modules(g: nx.DiGraph, leaf: str) -> bool:
+    """Ops inside the model's modules are on the leaf's way to the loss."""
+    return any(g.nodes[n].get("kind") == "op" and g.nodes[n].get("module") for n in nx.descendants(g, leaf))
+
+
+_STARVES: dict[tuple[int, int], tuple[weakref.ref[AutogradGraph], Evidence, bool]] = {}
+
+
+def _starves(graph: AutogradGraph, cut: Evidence) -> bool:
+    """The cut leaves some parameter upstream of it in the graph with only top-level ops to the loss (a penalty
+    term): measured harm, so the cut is no stop-gradient by design, even for parameters another path (an
+    auxiliary loss) still reaches."""
+    key = (id(graph), id(cut))
+    hit = _STARVES.get(key)
+    if hit is not None and hit[0]() is graph and hit[1] is cut:
+        return hit[2]
+    if len(_STARVES) > 256:
+        _STARVES.clear()
+    leaves = graph.leaves()
+    starves = any(n in leaves and not _in_modules(graph.nx, leaves[n]) for n in cut.cut)
+    _STARVES[key] = (weakref.ref(graph), cut, starves)
+    return starves
+
+
 def _only_penalty(status: str, name: str, measured: str, graph: AutogradGraph | None, leaf: str | None,
                   events: Sequence[Evidence]) -> Cause | None:
     """Its module path to the loss was cut by a detach used again, yet it is in the graph: only another term
@@ -560,7 +585,7 @@ def _only_penalty(status: str, name: str, measured: str, graph: AutogradGraph | 
     if cut is None:
         return None
     g = graph.nx
-    if any(g.nodes[n].get("kind") == "op" and g.nodes[n].get("module") for n in nx.descendants(g, leaf)):
+    if _in_modules(g, leaf) and not _starves(graph, cut):
         # Measured: ops inside the model's modules still carry its gradient to the loss, so it still learns from
         # the data; the cut is a stop-gradient on another path (SimSiam, BYOL, an online probe): information.
         if status != "ok":
