@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from gradviz_nb.widgets.flow_charts import TOOLTIP_WIDTH
+
 from .jupyterlab import CHROMIUM, CHROMIUM_ARGS, ConsoleLog, JupyterLabServer, LabNotebook
 
 # ------------------------------------------------------------------------------------------------
@@ -116,7 +118,10 @@ TOOLTIPS_JS = """() => {
             const cls = typeof el.className === 'string' ? el.className : '';
             if (shadow && /tooltip/i.test(cls)) {
                 const r = el.getBoundingClientRect();
-                if (r.height > 0 && getComputedStyle(el).display !== 'none') found.push({top: r.top, bottom: r.bottom});
+                if (r.height > 0 && getComputedStyle(el).display !== 'none') {
+                    found.push({top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width,
+                                clipped: el.scrollHeight > el.clientHeight + 1 || el.scrollWidth > el.clientWidth + 1});
+                }
             }
             if (el.shadowRoot) walk(el.shadowRoot, true);
         }
@@ -213,6 +218,10 @@ def test_dashboard_in_jupyterlab_offline_and_linked(tmp_path: object) -> None:
             tips = nb.poll(lambda: page.evaluate(TOOLTIPS_JS), timeout=10, what="the bar's hover tooltip")
             graph_bottom = page.evaluate("() => document.querySelector('.gradviz-root').getBoundingClientRect().bottom")
             assert all(t["top"] >= point[1] - 1 and t["top"] >= graph_bottom for t in tips), (tips, point, graph_bottom)
+            # bounded and wrapped: no wider than the template's box (plus Bokeh's padding), on screen, nothing cut
+            view_w = page.evaluate("() => window.innerWidth")
+            assert all(t["width"] <= TOOLTIP_WIDTH + 40 and t["left"] >= 0 and t["right"] <= view_w
+                       and not t["clipped"] for t in tips), (tips, view_w)
             page.mouse.move(0, 0)
             lines = [f"\nbokeh roots {rendered}, render {render_s:.1f} s, graph {graph_w:.0f}/{out_w:.0f} px"]
             from gradviz_nb.widgets.chart_theme import THEMES

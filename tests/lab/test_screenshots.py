@@ -49,13 +49,15 @@ ALL_NOTEBOOKS = [
     "05_share_and_compare",
     "06_big_models",
     "07_doctor",
+    "09_checkpointing",
 ]
 # All of the above took 633 s here (2-core machine shared with other test runs), over the ~6 minute budget.
 # The default is this subset, one notebook per kind of widget: the tour (MLP graphs and GPT-2 124M, the big
 # graph whose edges are checked), what-if + verify, the stepper, the Dashboard and the flow/monitor charts,
 # the diff and memory views, the doctor. Left out: 06_big_models (its 48- and 232-block widgets are the same
 # canvas as the tour's GPT-2; lazy loading and folding have page tests) and 08_distributed (a torchrun run
-# whose one output is a monitor chart, as in 04). GRADVIZ_SCREENSHOTS=all runs 06 too.
+# whose one output is a monitor chart, as in 04). 09_checkpointing is in: its reentrant trap must open on a
+# lost adapter. GRADVIZ_SCREENSHOTS=all runs 06 too.
 SUBSET = [n for n in ALL_NOTEBOOKS if n != "06_big_models"]
 NOTEBOOKS = ALL_NOTEBOOKS if os.environ.get("GRADVIZ_SCREENSHOTS") == "all" else SUBSET
 
@@ -98,7 +100,8 @@ OPEN_BLOCK = "blocks.3"
 OPENED_CELL = ("01_tour", "gpt2_view.expanded = ", "c:blocks.0.attn")
 # What each notebook's views are about (canvas_checks.SUBJECT_SEL): checked in the first view.
 SUBJECTS = {"02_what_if": ("whatif",), "03_backprop_step_by_step": ("stepper",), "05_share_and_compare": ("diff",),
-            "07_doctor": ("doctor", "stepper")}
+            "07_doctor": ("doctor", "stepper"),
+            "09_checkpointing": ("whatif",)}  # the reentrant trap's lost adapters (drawn as what-if lost leaves)
 # Live resizes on the what-if, the stepper, the Dashboard and the doctor: each graph's subject (or the graph)
 # stays on the canvas; pictures at 1400 px here, at 1000 / 1920 in the theme loop after them.
 RESIZE_NOTEBOOKS = ("02_what_if", "03_backprop_step_by_step", "04_gradient_flow_and_adapters", "07_doctor")
