@@ -106,6 +106,8 @@ def test_the_dead_adapter_is_selected_shown_searched_and_answered(browser: Any, 
     rows = dict(s["rows"])
     assert rows["outside"].startswith("not in the loss's graph") and "blocks.1.attn" in rows["outside"], rows
     assert s["why"], s
+    assert page.evaluate("() => document.querySelector('[data-testid=gradviz-details-facts]').open") is False
+    assert "id" not in rows and not any(v.startswith("p:") for v in rows.values()), rows  # no page id in text
     page.locator("[data-testid=gradviz-why]").click()
     page.wait_for_function(ANSWERED_JS, timeout=30_000)
     rows = dict(page.evaluate(STATE_JS)["rows"])

@@ -13,7 +13,7 @@ export function nodeById(ctx: Core, id: string): GraphNode | undefined {
 }
 
 export function focusName(ctx: Core, id: string): string {
-  const n = nodeById(ctx, id);
+  const n = nodeById(ctx, id) ?? paramNode(ctx.payload, id);
   return n ? nodeTitle(n) : id;
 }
 
@@ -32,9 +32,10 @@ export function showSelection(ctx: Core): void {
   const node = id ? (nodeById(ctx, id) ?? param) : undefined;
   const call = !node && id ? ctx.index.calls.get(id) : undefined;
   if (node) {
-    const rows: DetailRow[] = nodeDetails(node);
+    // A parameter outside the graph has no node: its facts are mostly blanks (and its page id), so they fold.
+    const rows: DetailRow[] = param ? nodeDetails(node).filter(([label]) => label !== "id") : nodeDetails(node);
     const lead: DetailRow[] = [];
-    let collapse = false;
+    let collapse = !!param;
     for (const f of ctx.features) {
       rows.push(...(f.details?.(node) ?? []));
       const first: LeadRows | null | undefined = f.leadDetails?.(node);
