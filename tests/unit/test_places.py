@@ -20,11 +20,15 @@ TEMP = re.compile(r"ipykernel_\d+|/tmp/|\.py:\d+")
 def shell() -> Iterator[InteractiveShell]:
     """A real IPython shell in this process with ipykernel's compiler (cells become temp files named by a hash
     of their code, ``.../ipykernel_<pid>/<hash>.py``, as in Jupyter), gone after the test."""
+    before = InteractiveShell._instance if InteractiveShell.initialized() else None  # another test's shell
+    InteractiveShell.clear_instance()
     sh = InteractiveShell.instance(compiler_class=XCachingCompiler)
     try:
         yield sh
     finally:
         InteractiveShell.clear_instance()
+        if before is not None:
+            InteractiveShell._instance = before
 
 
 def _run(sh: InteractiveShell, code: str) -> None:
