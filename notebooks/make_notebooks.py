@@ -39,8 +39,8 @@ from gradviz_nb.demo_models import GPT2, GPT2Config, MLP, gpt2_loss
 torch.manual_seed(0)"""),
     ("md", """## 1. A small MLP
 
-Without module capture the graph still shows, leaves are named from `model`, and the widget says how to
-get module boxes."""),
+Without module capture the graph still shows and leaves are named from `model`; ops are not grouped
+into boxes (on a graph big enough for boxes to help, over 25 nodes, the widget's notes say how to get them)."""),
     ("code", """mlp = MLP(d_in=4, d_hidden=8, d_out=3)
 x = torch.randn(5, 4)
 loss = nn.functional.cross_entropy(mlp(x), torch.tensor([0, 1, 2, 0, 1]))

@@ -32,12 +32,13 @@ from bokeh.models import (
     Range1d,
     TapTool,
 )
-from bokeh.models.annotations import ColorBar, Legend, LegendItem, Title
+from bokeh.models.annotations import ColorBar, LabelSet, Legend, LegendItem, Title
 from bokeh.models.glyphs import Line
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.kinds import KINDS
 from gradviz_nb.probes.flow import HIST_RANGE, GradientFlow, ModuleStats
 from gradviz_nb.widgets.chart_theme import THEMES, follow_page_theme
 from gradviz_nb.widgets.names import common_parts
@@ -430,7 +431,7 @@ def monitor_flag_rows(mon: GradientMonitor) -> tuple[dict[str, list[Any]], dict[
     norms = mon.reduced("norm").tolist()
     row_of = {s: r for r, s in enumerate(mon.steps)}
     cells: dict[str, list[Any]] = {k: [] for k in ("step", "label", "layer", "kind", "reason", "marker", "y")}
-    model: dict[str, list[Any]] = {k: [] for k in ("step", "kind", "reason")}
+    model: dict[str, list[Any]] = {k: [] for k in ("step", "kind", "reason", "label")}
     for step, flag in mon.flags():
         # a flag on parameters marks each layer holding one; one on every layer (or the model) marks the step
         hit = {_layer_of(t, mon.layers) for t in (flag.params or (flag.target,))}
@@ -438,6 +439,7 @@ def monitor_flag_rows(mon: GradientMonitor) -> tuple[dict[str, list[Any]], dict[
             model["step"].append(step)
             model["kind"].append(flag.kind)
             model["reason"].append(flag.reason)
+            model["label"].append(f"{KINDS[flag.kind].label} (every layer)")
             continue
         r = row_of.get(step)
         for layer in sorted(hit, key=mon.layers.index):  # type: ignore[arg-type]
@@ -524,6 +526,9 @@ def monitor_chart(mon: GradientMonitor, widget: bool = True, min_width: int = 48
         heat_src.data = h
         line_src.data = ls
         cell_src.data, model_src.data = monitor_flag_rows(m)
+        legend = hm.select_one({"name": "flag_legend"})
+        if isinstance(legend, Legend):
+            legend.visible = bool(cell_src.data["step"])
 
     mon.on_record(update)
     return as_widget(layout) if widget else layout
@@ -544,6 +549,13 @@ def _mark_flags(hm: Any, ln: Any, cells: ColumnDataSource, model: ColumnDataSour
                          name="flag_steps")
         fig.add_tools(_hover(renderers=[band], tooltips=[("step", "@step"), ("flag", "@kind"),
                                                             ("why", "@reason")]))
+        # the band's own words at its foot ("stale gradient (every layer)"): a dashed line alone said nothing
+        fig.add_layout(LabelSet(x="step", y=4, y_units="screen", text="label", source=model, x_offset=4,
+                                text_color="#d62728", text_font_size="10px", text_font_style="bold",
+                                background_fill_color="#ffffff", background_fill_alpha=0.8, name="flag_step_labels"))
     legend = hm.legend[0]
     legend.orientation, legend.label_text_font_size, legend.location, legend.margin = "horizontal", "11px", "left", 2
+    # the markers' legend only while there are markers: an empty one drew a stray square under the heatmap
+    legend.visible = bool(cells.data["step"])
+    legend.name = "flag_legend"
     hm.add_layout(legend, "below")

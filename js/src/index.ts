@@ -17,7 +17,7 @@ import { createErrorBox, ERROR_BOX_CSS } from "./core/errorbox";
 import { guardModel } from "./core/guard";
 import { coreHooks, type CoreHooks } from "./core/hooks";
 import { collapseEverything, expandEverything } from "./core/disclosure";
-import { applyHeight, followPanels, relayout, watchCamera } from "./core/drawing";
+import { applyHeight, fitButton, followPanels, relayout, sizeUnderPanel, watchCamera } from "./core/drawing";
 import type { Feature, Slots } from "./core/feature";
 import { repaint, tooltipText } from "./core/paint";
 import { setSelected } from "./core/selection";
@@ -144,7 +144,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
     }),
   });
   const toolbar = createToolbar({
-    fit: run("Fit", () => view.fit()),
+    fit: run("Fit", () => fitButton(core)),
     zoomReset: run("the zoom reset", () => view.zoomReset()),
     relayout: run("Re-layout", () => relayout(core, {})),
     expandAll: run("Expand all", () => expandEverything(core)),
@@ -175,6 +175,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   const { features, stopTheme } = installFeatures(core, { top, side, body, tools: toolbar.tools }, shell.style, theme, run);
   const setHeight = (): void => applyHeight(core);
   const unlisten = listen(core, shell, run, setHeight);
+  const stopUnder = sizeUnderPanel(core, details.element);
   const hooks = Object.assign(coreHooks(core), ...features.map((f) => f.hooks ?? {})) as GradvizHooks;
   (root as HTMLElement & { __gradviz?: GradvizHooks }).__gradviz = hooks;
 
@@ -187,10 +188,12 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
 
   return () => {
     unlisten();
+    stopUnder();
     stopTheme();
     core.loader.dispose();
     core.messenger.dispose();
     for (const f of features) f.dispose?.();
+    toolbar.dispose();
     view.destroy();
     root.remove();
   };

@@ -140,11 +140,13 @@ def test_python_side_changes_are_followed(browser: Any, tmp_path: Path) -> None:
 
 def test_toolbar_expand_all_collapse_all_fit(browser: Any, tmp_path: Path) -> None:
     p = Page(browser, tmp_path, load_fixture("nested_modules.json"))
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-expand-all]")
     p.js("() => gv.hook.idle()")
     assert p.counts()["nodes"] == 14
     assert len(p.js("() => gv.model.state.expanded")) == 6
     p.page.screenshot(path=str(tmp_path / "expand_all.png"))
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-collapse-all]")
     p.js("() => gv.hook.idle()")
     assert p.counts()["nodes"] == 4

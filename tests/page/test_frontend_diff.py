@@ -64,6 +64,7 @@ def test_lora_added_colours_badges_legend_and_summary(browser: Any, tmp_path: Pa
         assert text in legend, text
     assert "loses its gradient path" not in legend  # nothing lost here
     # Open everything: adapters' leaves are added and gain a gradient path; changed ops are amber.
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-expand-all]")
     p.js("() => gv.hook.idle()")
     lora_a = leaf_id(data, "blocks.0.attn.c_attn.lora_A")
@@ -163,6 +164,7 @@ def test_toolbar_image_export_and_svg_hook(browser: Any, tmp_path: Path) -> None
     png = p.js("() => gv.hook.toPNG()")
     assert png.startswith("data:image/png;base64,") and len(png) > 10_000
     for button, suffix in (("gradviz-svg", ".svg"), ("gradviz-png", ".png")):
+        p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
         with p.page.expect_download() as info:
             p.page.click(f"[data-testid={button}]")
         saved = tmp_path / ("view" + suffix)

@@ -143,3 +143,44 @@ def test_nan_origin_finding_goes_to_its_node_with_the_legends_mark(browser: Any,
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / f"doctor-nan-{width}.png"))
     assert p.errors == []
+
+
+# The widget's height, and the details panel's: its box and what it holds (title and rows).
+HEIGHTS_JS = """() => {
+  const root = document.querySelector('.gradviz-root');
+  const d = root.querySelector('[data-testid=gradviz-details]');
+  const content = d && !d.hidden ? [...d.children].filter((c) => getComputedStyle(c).position !== 'absolute')
+    .reduce((s, c) => s + c.offsetHeight, 0) : 0;
+  const canvas = root.querySelector('.gradviz-canvas').getBoundingClientRect();
+  return { root: root.getBoundingClientRect().height, panel: d && !d.hidden ? d.clientHeight : 0, content,
+           under: !!d && !d.hidden && d.getBoundingClientRect().top >= canvas.bottom - 1 };
+}"""
+
+
+@pytest.mark.parametrize("width", [560, 1200])  # 560: the cell of a 1000 px JupyterLab window (details under)
+def test_a_finding_click_grows_the_widget_by_what_it_shows_only(browser: Any, tmp_path: Path, width: int) -> None:
+    """A click on a finding opens its evidence and the node's details; the widget grows by what they say,
+    not by an empty panel: under the canvas the details took 42% of a body that then grew to keep the
+    canvas (650 px more in a notebook, most of it empty)."""
+    dx = _diagnosis()
+    widget = gv.GraphWidget(dx, height=560)
+    state = {**exported_state(widget), "expanded": []}
+    p = MountedPage(browser, tmp_path, state, viewport=(width + 40, 1400), width=width)
+    p.page.wait_for_selector("[data-testid=gradviz-findings]:not([hidden])")
+    p.js("async () => { await gv.hook.idle(); }")
+    before = p.js(HEIGHTS_JS)
+    i = next(i for i, f in enumerate(dx.findings) if f.kind == "data-access")
+    p.page.locator(f"[data-testid=gradviz-finding-{i}]").click()
+    p.page.wait_for_function("(id) => gv.model.get('selected') === id", arg=dx.findings[i].node)
+    p.js("async () => { await gv.hook.idle(); }")
+    p.page.wait_for_timeout(300)
+    after = p.js(HEIGHTS_JS)
+    p.page.screenshot(path=str(SCREENSHOTS / f"doctor_finding_click_{width}.png"))
+    grew = after["root"] - before["root"]
+    if after["under"]:
+        empty = after["panel"] - after["content"]
+        assert empty <= 40, f"the details under the canvas are {after['panel']} px for {after['content']} px of rows"
+        assert grew <= 320, f"the widget grew by {grew:.0f} px ({before} -> {after})"
+    else:
+        assert grew <= 120, f"the widget grew by {grew:.0f} px beside the canvas ({before} -> {after})"
+    assert p.errors == []

@@ -220,6 +220,7 @@ def test_no_edge_through_a_box_or_header_after_clicks(browser: Any, tmp_path: Pa
         seen.append((call, opens, boxes, heads))
     _click_box(page, "blocks.3")
     _click_box(page, "blocks.3.attn")
+    page.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     page.page.click("[data-testid=gradviz-relayout]")  # a full layout: ELK's routes keep clear of headers too
     page.page.wait_for_function("() => document.querySelector('.gradviz-root').dataset.layoutIncremental === 'false'")
     page.js("() => gv.hook.idle()")

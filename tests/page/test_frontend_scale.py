@@ -157,12 +157,14 @@ def test_folded_stack_is_one_box_and_a_click_unfolds_it(browser: Any, tmp_path: 
     assert kinds == ["collapsed"] * 6
     # Re-layout: the same elements laid out afresh, the zoom kept.
     before, zoom = p.drawn(), p.js("() => gv.hook.cy.zoom()")
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-relayout]")
     p.js("() => gv.hook.idle()")
     assert p.drawn() == before and p.js("() => gv.hook.cy.zoom()") == zoom
     # Collapse all folds the stack again.
     p.js("() => gv.hook.setWhatIfMode(false)")
     p.js("() => gv.hook.expand('blocks.1')")
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-collapse-all]")
     p.js("() => gv.hook.idle()")
     assert p.js("() => gv.model.state.unfolded") == []
@@ -209,6 +211,7 @@ def test_expand_all_past_the_old_cap_is_drawn(browser: Any, tmp_path: Path) -> N
     (view/bigview/): every node and box, the members of the open box in view mounted with their labels."""
     payload = synthetic_payload(n_blocks=200, ops_per_block=17)
     p = Page(browser, tmp_path, payload)
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-expand-all]")
     p.js("() => gv.hook.idle()")
     counts = p.js("() => gv.hook.visibleCounts()")
@@ -225,6 +228,7 @@ def test_cap_refuses_expand_all(browser: Any, tmp_path: Path) -> None:
     p = Page(browser, tmp_path, payload)
     p.js("() => { window.gradvizViewCap = 3000; }")  # the refusal, tested at a cap this graph passes
     before = p.js("() => gv.hook.visibleCounts()")
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-expand-all]")
     p.js("() => gv.hook.idle()")
     items = len(payload["nodes"]) + len(payload["calls"])  # every node and every (open) box
@@ -244,6 +248,7 @@ def test_cap_refuses_expand_all(browser: Any, tmp_path: Path) -> None:
     assert p.message() == (f"Opening {blocks[k]} would draw {top + len(blocks) + (k + 1) * per_block:,} items "
                            "(limit 3,000): collapse other boxes or use search.")
     assert p.js("() => gv.model.state.expanded") == blocks[:k]
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-collapse-all]")
     p.js("() => gv.hook.idle()")
     # Python asking for too much is refused the same way, and the trait is set back.

@@ -175,18 +175,38 @@ def test_status_line_screenshots(browser: Any, tmp_path: Path, theme: str, width
 
 
 @pytest.mark.parametrize("width", [560, 1000])  # 560: the cell of a 1000 px JupyterLab window
-def test_the_verification_keeps_room_in_a_narrow_line(browser: Any, tmp_path: Path, width: int) -> None:
-    """The headline gives way to the verification result, not the other way round: in a narrow cell the
-    amber banner kept 16 px of the line, its words only behind the expander."""
+def test_the_answer_gets_the_room_first_and_the_verification_shrinks(browser: Any, tmp_path: Path, width: int) -> None:
+    """The answer a user came for gets the room first: the headline ("1 of 2 leaves lose gradient") is never
+    cut short while the verification (its provenance) is; that one shrinks, down to a coloured stub of 28 px
+    (its words in full behind the expander). Before, at 560 px, the headline read "1 of 2 leaves lose
+    gr…" beside "Verified by re-running…"."""
     p = MountedPage(browser, tmp_path, small_partial_verify(), viewport=(width + 40, 700), width=width)
     seen = p.js("""() => {
       const line = document.querySelector('.gradviz-status-entries').getBoundingClientRect();
-      const b = document.querySelector('[data-testid=gradviz-verified]').getBoundingClientRect();
-      const h = document.querySelector('[data-testid=gradviz-whatif-summary]').getBoundingClientRect();
-      return { banner: Math.max(0, Math.min(b.right, line.right) - Math.max(b.left, line.left)),
-               headline: Math.max(0, Math.min(h.right, line.right) - Math.max(h.left, line.left)), line: line.width };
+      const banner = document.querySelector('[data-testid=gradviz-verified]');
+      const b = banner.getBoundingClientRect();
+      const h = document.querySelector('[data-testid=gradviz-whatif-summary]');
+      const first = banner.firstElementChild;
+      // the answer: the headline up to its first ";" (what is lost; the costs after it may give way)
+      const text = h.textContent, end = text.includes(';') ? text.indexOf(';') : text.length;
+      const walker = document.createTreeWalker(h, NodeFilter.SHOW_TEXT);
+      const range = document.createRange();
+      let seen = 0, node, started = false;
+      while ((node = walker.nextNode())) {
+        const len = node.textContent.length;
+        if (!started) { range.setStart(node, 0); started = true; }
+        if (seen + len >= end) { range.setEnd(node, end - seen); break; }
+        seen += len;
+      }
+      const a = range.getBoundingClientRect(), hr = h.getBoundingClientRect();
+      const visible = Math.min(hr.right, line.right) - 12;  // the ellipsis takes the last glyph's room
+      return { banner: Math.max(0, Math.min(b.right, line.right) - Math.max(b.left, line.left)), line: line.width,
+               answerCut: a.right > visible, answer: text.slice(0, end), answerRight: a.right, visible,
+               bannerCut: !!first && first.scrollWidth > first.clientWidth + 1 };
     }""")
-    assert seen["banner"] >= 120, f"the verification shows {seen['banner']:.0f} px of a {seen['line']:.0f} px line"
-    assert seen["headline"] >= 80, seen
+    assert not seen["answerCut"], f"the answer {seen['answer']!r} is cut short at {width} px: {seen}"
+    assert seen["banner"] >= 28, f"the verification shows {seen['banner']:.0f} px of a {seen['line']:.0f} px line"
+    if width == 560:
+        assert seen["bannerCut"], seen  # the provenance is what gave way
     p.page.locator("[data-testid=gradviz-root]").screenshot(path=str(SCREENSHOTS / f"status-narrow-{width}.png"))
     assert p.errors == []

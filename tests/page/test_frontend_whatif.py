@@ -286,6 +286,7 @@ def test_gpt2_124m_toggle_restyles_without_layout(browser: Any, tmp_path: Path) 
     payload = json.loads(json.dumps(page.graph(gv.trace(loss, model=model, capture=cap))))
     del model, loss, cap
     p = Page(browser, tmp_path, payload, height=800)
+    p.page.click("[data-testid=gradviz-more]")  # the toolbar's "⋯" menu
     p.page.click("[data-testid=gradviz-expand-all]")
     p.js("() => gv.hook.idle()")
     assert p.js("() => gv.hook.visibleCounts().nodes") == len(payload["nodes"])

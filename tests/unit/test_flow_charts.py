@@ -175,6 +175,12 @@ def test_monitor_marks_the_stale_step() -> None:
     for fig in (heat_fig, lines_fig):
         band = fig.select_one({"name": "flag_steps"})
         assert band.data_source.data["step"] == [6] and "zero_grad" in band.data_source.data["reason"][0]
+        # the dashed band says what it is, on the chart: its kind's words at its foot
+        words = fig.select_one({"name": "flag_step_labels"})
+        assert words.source is band.data_source and words.text == "label"
+        assert band.data_source.data["label"] == ["stale gradient (every layer)"]
+    # no marker on a layer: no legend for markers (an empty one drew a stray square)
+    assert heat_fig.select_one({"name": "flag_legend"}).visible is False
     healthy = _stale_monitor(forget_at=-1)
     assert monitor_flag_rows(healthy)[1]["step"] == [] and monitor_flag_rows(healthy)[0]["step"] == []
     mon.close()
@@ -201,6 +207,8 @@ def test_monitor_layer_flags_and_missing_cells() -> None:
     assert "used" not in cells["layer"]
     marks = layout.children[0].select_one({"name": "flag_marks"}).data_source
     assert marks.data["kind"] == cells["kind"]  # the live chart got the same marks
+    # made before any flag (hidden then), the markers' legend shows once the live chart has markers
+    assert layout.children[0].select_one({"name": "flag_legend"}).visible is True
     assert set(lines) == {"step", "y0", "y1", "y2"}
     mon.close()
 

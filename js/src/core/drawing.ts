@@ -46,7 +46,7 @@ export function relayout(
   const shown = counts.nodes + counts.collapsed;
   toolbar.setCounts(
     `${plural(counts.nodes, "node")}` +
-      (index.order.length && !ctx.tooBig ? ` · ${plural(counts.collapsed, "closed box")} · ${plural(counts.expanded, "open box")}` : "") +
+      (index.order.length && !ctx.tooBig ? ` · ${plural(counts.collapsed + counts.expanded, "box")} (${counts.expanded} open)` : "") +
       (counts.folded ? ` · ${plural(counts.folded, "folded stack")}` : ""),
   );
   toolbar.setMessage(viewMessage(ctx, shown));
@@ -111,6 +111,20 @@ export function fitView(ctx: Core): void {
   ctx.view.camera.frame(subjectOf(ctx));
 }
 
+/** The toolbar's Fit and the zoom chip: the whole graph when its labels read, else the neighbourhood of
+ *  the selection (or of what the view is about); again: the whole graph (view/camera.ts fitAll). */
+export function fitButton(ctx: Core): void {
+  ctx.view.fit(selectedSubject(ctx) ?? ctx.view.camera.subject);
+}
+
+/** The selected node or box as a subject (its drawn representative), null when nothing is selected. */
+function selectedSubject(ctx: Core): Subject | null {
+  const id = ctx.model.get("selected") || "";
+  if (!id) return null;
+  const keys = [...new Set(selectedKeys(ctx, id).map((k) => drawnKey(ctx, k)).filter((k): k is string => k !== null))];
+  return keys.length ? { keys, withLoss: true, name: focusName(ctx, id) } : null;
+}
+
 /** Boxes open at the last framed layout, per payload: what Python opened since is the new subject. */
 const openAtFrame = new WeakMap<Core, { gen: number; open: Set<string> }>();
 
@@ -123,14 +137,13 @@ function selectedKeys(ctx: Core, id: string): string[] {
 }
 
 function subjectOf(ctx: Core): Subject | null {
-  const id = ctx.model.get("selected") || "";
   const last = openAtFrame.get(ctx);
   openAtFrame.set(ctx, { gen: ctx.payloadGen, open: new Set(ctx.expanded) });
   const drawn = (s: Subject | null): Subject | null => {
     const keys = s ? [...new Set(s.keys.map((k) => drawnKey(ctx, k)).filter((k): k is string => k !== null))] : [];
     return s && keys.length ? { ...s, keys } : null;
   };
-  const selected = id ? drawn({ keys: selectedKeys(ctx, id), withLoss: true, name: focusName(ctx, id) }) : null;
+  const selected = selectedSubject(ctx);
   if (selected) return selected;
   // Deepest first: the box a person opened, not its ancestors.
   const depth = (c: string): number => ctx.index.chain.get(c)?.length ?? 0;
@@ -144,7 +157,16 @@ function subjectOf(ctx: Core): Subject | null {
     if (s && !s.weak) return s;
     weak ??= s;
   }
-  return weak;
+  return drawn(cutSubject(ctx)) ?? weak;
+}
+
+/** A graph whose gradient path is cut by a detach (a ghost that cuts parameters off): the cut is what
+ *  the first view is about, not the loss at its tail. Null when nothing is cut. */
+function cutSubject(ctx: Core): Subject | null {
+  const ghost = (ctx.payload.ghosts ?? []).find((g) => g.kind === "detached" && g.cut.length > 0 && (g.targets.length > 0 || g.source));
+  if (!ghost) return null;
+  const at = ghost.targets.length ? ghost.targets : [ghost.source!];
+  return { keys: at.map(nodeKey), withLoss: true, name: `the ${ghost.label || "detach"} that cuts ${plural(ghost.cut.length, "parameter")} off` };
 }
 
 /** The drawn element standing for a node or call key: itself, or the closed box or folded stack
@@ -211,6 +233,36 @@ export function followPanels(ctx: Core): void {
   if (under === (panelWasUnder.get(ctx) ?? false)) return;
   panelWasUnder.set(ctx, under);
   applyHeight(ctx, false);
+}
+
+/** Most a details panel laid out under the canvas (a narrow cell) takes: about 16 rows; more scrolls. */
+export const UNDER_MAX = 280;
+
+/** Under the canvas (a narrow cell), the details panel takes the height of what it says, up to UNDER_MAX
+ *  (`--gv-under-h`, read by styles.css): at 42% of a body that then grew to keep the canvas, a finding's
+ *  click grew the doctor's widget by 650 px of mostly empty panel. Follows the panel's content as it
+ *  changes (values arriving, "Why?" answered); returns what stops following. */
+export function sizeUnderPanel(ctx: Core, panel: HTMLElement): () => void {
+  const fit = (): void => {
+    if (panel.hidden) return;
+    let content = 20; // the panel's padding and border
+    for (const c of panel.children) {
+      if (c instanceof HTMLElement && getComputedStyle(c).position !== "absolute") content += c.offsetHeight;
+    }
+    const px = `${Math.round(Math.min(UNDER_MAX, Math.max(80, content)))}px`;
+    if (ctx.body.style.getPropertyValue("--gv-under-h") === px) return;
+    ctx.body.style.setProperty("--gv-under-h", px);
+    applyHeight(ctx, true);
+    ctx.view.resize();
+  };
+  const watch = new ResizeObserver(fit);
+  const observe = (): void => {
+    watch.disconnect();
+    for (const c of panel.children) watch.observe(c);
+  };
+  new MutationObserver(observe).observe(panel, { childList: true });
+  observe();
+  return () => watch.disconnect();
 }
 
 /** The share of the body the canvas gets: 1, unless a side panel is laid out under it (narrow cells).

@@ -54,16 +54,61 @@ export interface Toolbar {
   setZoom(state: ZoomState | null): void;
   /** Where features put their own controls (what-if, search), before the counts. */
   tools: HTMLElement;
+  /** Stop listening to the page (the menu's outside clicks). */
+  dispose(): void;
 }
 
+/** The toolbar's one row, down to a ~900 px cell: Fit and 1:1, a "⋯" menu with the rarer actions
+ *  (re-layout, expand / collapse all, downloads), the features' tools, the counts (cut short first) and
+ *  the zoom chip (never cut). */
 export function createToolbar(actions: ToolbarActions): Toolbar {
   const button = (label: string, testid: string, title: string, onClick: () => void): HTMLButtonElement => {
     const b = h("button", { type: "button", "data-testid": testid, title }, label);
     b.addEventListener("click", onClick);
     return b;
   };
-  const expandAll = button("Expand all", "gradviz-expand-all", "Open every module box", actions.expandAll);
-  const collapseAll = button("Collapse all", "gradviz-collapse-all", "Close every module box", actions.collapseAll);
+  const menu = h("div", { class: "gradviz-menu", role: "menu", "data-testid": "gradviz-menu" });
+  menu.hidden = true;
+  const more = h("button", {
+    type: "button", class: "gradviz-more", "data-testid": "gradviz-more", title: "More: re-layout, open or close every box, download",
+    "aria-haspopup": "menu", "aria-expanded": "false", "aria-label": "More actions",
+  }, "⋯");
+  const setMenu = (open: boolean): void => {
+    menu.hidden = !open;
+    more.setAttribute("aria-expanded", String(open));
+  };
+  more.addEventListener("click", (e) => {
+    e.stopPropagation();
+    setMenu(menu.hidden);
+  });
+  const item = (label: string, testid: string, title: string, onClick: () => void): HTMLButtonElement =>
+    button(label, testid, title, () => {
+      setMenu(false);
+      onClick();
+    });
+  const expandAll = item("Expand all boxes", "gradviz-expand-all", "Open every module box", actions.expandAll);
+  const collapseAll = item("Collapse all boxes", "gradviz-collapse-all", "Close every module box", actions.collapseAll);
+  for (const b of [expandAll, collapseAll]) b.setAttribute("role", "menuitem");
+  menu.append(
+    item("Re-layout", "gradviz-relayout", "Lay the whole view out again (keeps the zoom)", actions.relayout),
+    expandAll,
+    collapseAll,
+    item("Download PNG", "gradviz-png", "Download the whole graph as a PNG image", actions.savePNG),
+    item("Download SVG", "gradviz-svg", "Download the whole graph as an SVG image", actions.saveSVG),
+  );
+  for (const b of menu.querySelectorAll("button")) b.setAttribute("role", "menuitem");
+  const moreWrap = h("span", { class: "gradviz-more-wrap" }, more, menu);
+  // A click anywhere else, or Escape, closes the menu.
+  const close = (e: Event): void => {
+    if (!menu.hidden && !moreWrap.contains(e.target as Node)) setMenu(false);
+  };
+  document.addEventListener("pointerdown", close, true);
+  menu.addEventListener("keydown", (e) => {
+    if (e.key === "Escape") {
+      setMenu(false);
+      more.focus();
+    }
+  });
   const tools = h("span", { class: "gradviz-tools" });
   const counts = h("span", { class: "gradviz-counts", "data-testid": "gradviz-counts" });
   const zoom = button("", "gradviz-zoom-chip", "", actions.fit);
@@ -74,11 +119,7 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     { class: "gradviz-toolbar", "data-testid": "gradviz-toolbar" },
     button("Fit", "gradviz-fit", "Fit the whole graph in view", actions.fit),
     button("1:1", "gradviz-zoom-reset", "Reset zoom to 100%", actions.zoomReset),
-    button("Re-layout", "gradviz-relayout", "Lay the whole view out again (keeps the zoom)", actions.relayout),
-    expandAll,
-    collapseAll,
-    button("PNG", "gradviz-png", "Download the whole graph as a PNG image", actions.savePNG),
-    button("SVG", "gradviz-svg", "Download the whole graph as an SVG image", actions.saveSVG),
+    moreWrap,
     tools,
     counts,
     zoom,
@@ -98,6 +139,9 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
     setCounts(text) {
       setText(counts, text);
       counts.title = text; // the line may cut it short
+    },
+    dispose() {
+      document.removeEventListener("pointerdown", close, true);
     },
     setNotes(notes, nodes = Infinity) {
       const shown = notesToShow(notes, nodes);

@@ -2,7 +2,9 @@
 // into the page with textContent / canvas text, never as HTML.
 import type { GhostTensor, GraphNode, ModuleCall, TensorSummary } from "../payload";
 import { num } from "./finite";
-import { fmt } from "./numbers";
+import { fmt, fmtHead, SHOWN_VALUES, thousands } from "./numbers";
+
+export { SHOWN_VALUES, thousands };
 
 /** "[3, 4]"; a 0-dimensional tensor is "scalar"; unknown is "". */
 export function formatShape(shape: number[] | null | undefined): string {
@@ -76,10 +78,6 @@ export function foldedText(calls: readonly ModuleCall[], size: number): string {
   return `${calls.length} calls of ${first?.type ?? "?"} (${first?.id} … ${last?.id}), ${thousands(size)} nodes in all · click to unfold`;
 }
 
-/** 3412 -> "3,412" (fixed locale: tests and exported pages read the same text everywhere). */
-export function thousands(n: number): string {
-  return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
-}
 
 /** Expanded box header, drawn above the box (its name without `prefix`). */
 export function expandedLabel(call: ModuleCall, prefix = ""): string {
@@ -112,8 +110,6 @@ export function nodeDetails(n: GraphNode): [string, string][] {
   return rows;
 }
 
-/** Values shown of a tensor: the first 8, then how many there are. */
-export const SHOWN_VALUES = 8;
 
 /** The summary of a whole small tensor (its every value is known): statistics as torch computes them
  *  (std unbiased), over the finite values. */
@@ -138,9 +134,7 @@ export function summarizeValues(values: readonly (number | string)[]): TensorSum
 
 /** "[0.1, -2, 3]", or "[0.1, -2, 3, … ] 4,096 values" when only the first ones are shown. */
 export function formatHead(s: TensorSummary): string {
-  const shown = s.head.slice(0, SHOWN_VALUES).map((x) => fmt(num(x)));
-  if (s.numel === 1 && shown.length === 1) return shown[0];
-  return s.numel > shown.length ? `[${shown.join(", ")}, …] ${thousands(s.numel)} values` : `[${shown.join(", ")}]`;
+  return fmtHead(s.head.map(num), s.numel);
 }
 
 /** Rows for one tensor summary: its values, then norm, mean ± std, min … max (or why they are missing). */

@@ -13,9 +13,26 @@ export function fmt(x: number): string {
   return String(Number(x.toPrecision(4)));
 }
 
-/** One number for a 1-element tensor, else "[a, b, c]". */
+/** Values shown of a tensor: the first 8, then how many there are (details, stepper, hover: one rule). */
+export const SHOWN_VALUES = 8;
+
+/** 3412 -> "3,412" (fixed locale: tests and exported pages read the same text everywhere). */
+export function thousands(n: number): string {
+  return Math.round(n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
+/** The first values of a tensor of `numel` elements (`head` holds at least the first ones): one number for
+ *  one element, "[a, b, c]" for a few, "[a, …, h, …] 64 values" past SHOWN_VALUES. */
+export function fmtHead(head: readonly number[], numel = head.length): string {
+  const shown = head.slice(0, SHOWN_VALUES).map(fmt);
+  if (numel === 1 && shown.length === 1) return shown[0];
+  return numel > shown.length ? `[${shown.join(", ")}, …] ${thousands(numel)} values` : `[${shown.join(", ")}]`;
+}
+
+/** One number for a 1-element tensor, else "[a, b, c]"; a long one is cut as details cut it
+ *  ("[a, …, h, …] 64 values"). */
 export function fmtVec(v: readonly number[]): string {
-  return v.length === 1 ? fmt(v[0]) : "[" + v.map(fmt).join(", ") + "]";
+  return fmtHead(v);
 }
 
 /** A value with its unit: bytes in KiB / MiB / GiB, anything else as "<number> <unit>". */

@@ -9,10 +9,15 @@ import type { Layout, Size } from "./layout";
 
 /** Zoom at which node text (FONT_SIZE 11) reads at 11 px. */
 export const READABLE_ZOOM = 1;
-/** A graph that fits whole at this zoom or more is shown whole (text >= 9.9 px). */
-export const WHOLE_ZOOM = 0.9;
+/** A graph that fits whole at this zoom or more is shown whole (text >= 8.8 px: an MLP that fit at 89%
+ *  opened at 100% with its top cut off). */
+export const WHOLE_ZOOM = 0.8;
 /** Fit never zooms out further: below it boxes blur into lines and nothing can be clicked. */
 export const FIT_FLOOR = 0.4;
+/** Fit shows the whole graph down to this zoom (labels at 6.6 px); a graph that needs less is fitted to
+ *  the selection's neighbourhood at this zoom instead, and a second Fit shows the whole graph, however
+ *  small (the overview: at 40% labels were 4-5 px and the graph still not whole). */
+export const FIT_READABLE = 0.6;
 /** A fit never blows a tiny graph up past this. */
 const MAX_FIT = 1.25;
 const PAD = 24;
@@ -49,6 +54,8 @@ export class Camera {
   subject: Subject | null = null;
   /** How the viewport was last placed by the camera; null once the user (or a feature) moved it. */
   private mode: Mode = null;
+  /** The last Fit showed the subject's neighbourhood, not the whole graph (the next Fit shows it whole). */
+  private fitNear = false;
   private own = false;
   private bbox: Bounds | null = null;
   /** Called after every frame / fit / re-frame on resize (the zoom chip follows). */
@@ -91,22 +98,36 @@ export class Camera {
     const fit = this.fitZoom(g);
     if (fit >= WHOLE_ZOOM) this.look(fit, g, "centre");
     else {
-      const [box, how] = this.subjectBox(subject, READABLE_ZOOM) ?? [g, "top" as const];
-      this.look(READABLE_ZOOM, box, how);
+      // A graph whose width fits at WHOLE_ZOOM or more is shown at that width (nothing cut at the sides:
+      // an MLP stepper opened with its left column off the canvas), the subject framed up and down.
+      const across = (this.area().w - 2 * PAD) / Math.max(1, g.w);
+      const z = across >= WHOLE_ZOOM ? Math.min(READABLE_ZOOM, across) : READABLE_ZOOM;
+      const [box, how] = this.subjectBox(subject, z) ?? [g, "top" as const];
+      this.look(z, box, how);
     }
     this.mode = "frame";
     return this.framing(fit);
   }
 
-  /** The toolbar's Fit: the whole graph, but never below FIT_FLOOR (then centred on the subject). */
-  fitAll(): Framing {
+  /** The toolbar's Fit: the whole graph when its labels still read there (FIT_READABLE), else `subject`'s
+   *  neighbourhood (the selection, what the view is about) at that zoom, the subject in view; Fit again on
+   *  that view shows the whole graph at whatever zoom it needs (the overview). */
+  fitAll(subject: Subject | null = this.subject): Framing {
+    this.subject = subject;
+    const again = this.mode === "fit" && this.fitNear;
+    return this.placeFit(again);
+  }
+
+  /** `whole`: the whole graph at its fit zoom; else the whole graph if it reads, the neighbourhood if not. */
+  private placeFit(whole: boolean): Framing {
     const g = this.bbox;
     if (!g) return this.framing(1);
     const fit = this.fitZoom(g);
-    if (fit >= FIT_FLOOR) this.look(fit, g, "centre");
+    this.fitNear = !whole && fit < FIT_READABLE;
+    if (!this.fitNear) this.look(Math.max(fit, this.cy.minZoom()), g, "centre");
     else {
-      const [box] = this.subjectBox(this.subject, FIT_FLOOR) ?? [g];
-      this.look(FIT_FLOOR, box, "centre");
+      const [box] = this.subjectBox(this.subject, FIT_READABLE) ?? [g];
+      this.look(FIT_READABLE, box, "centre");
     }
     this.mode = "fit";
     return this.framing(fit);
@@ -118,7 +139,7 @@ export class Camera {
   keep(before: { w: number; h: number }): Framing | null {
     if (!this.bbox || this.cy.elements().empty()) return null;
     if (this.mode === "frame") return this.frame(this.subject);
-    if (this.mode === "fit") return this.fitAll();
+    if (this.mode === "fit") return this.placeFit(!this.fitNear);
     const dw = this.cy.width() - before.w;
     const dh = this.cy.height() - before.h;
     if (before.w <= 0 || before.h <= 0 || (!dw && !dh)) return null;
@@ -144,8 +165,35 @@ export class Camera {
    *  camera placed is placed again; one the user moved is only clamped. */
   relaid(): void {
     if (this.mode === "frame") this.frame(this.subject);
-    else if (this.mode === "fit") this.fitAll();
+    else if (this.mode === "fit") this.placeFit(!this.fitNear);
     else this.clamp();
+  }
+
+  /** Pan, without zooming, so the element `key` is whole in the free part of the canvas (its box, its
+   *  label and its highlight at least `margin` px from each edge, above the bottom reserve: the legend's
+   *  corner). An element already there stays put; one that is not moves in by the least pan that leaves
+   *  it a quarter of the room (up to 120 px) of context on the side it came from, so its neighbours come
+   *  into view with it; one bigger than the room shows its top left. Returns whether it moved. */
+  reveal(key: string, margin = PAD): boolean {
+    const e = this.cy.getElementById(key);
+    if (e.empty() || !e.isNode()) return false;
+    const b = e.renderedBoundingBox({ includeLabels: true, includeOverlays: true, includeUnderlays: true } as Parameters<typeof e.renderedBoundingBox>[0]);
+    const { w, h } = this.area();
+    const inside = (lo: number, hi: number, size: number): boolean => lo >= margin && hi <= size - margin;
+    if (inside(b.x1, b.x2, w) && inside(b.y1, b.y2, h)) return false;
+    const shift = (lo: number, hi: number, size: number): number => {
+      const room = size - 2 * margin;
+      if (hi - lo > room) return margin - lo;
+      const context = Math.min(120, Math.max(0, (room - (hi - lo)) / 2), room / 4);
+      if (lo < margin) return margin + context - lo;
+      if (hi > size - margin) return size - margin - context - hi;
+      return 0;
+    };
+    const x = shift(b.x1, b.x2, w);
+    const y = shift(b.y1, b.y2, h);
+    this.move(() => this.cy.panBy({ x, y }));
+    this.mode = null; // a pan to follow the running node: a resize keeps it as a moved view (see keep)
+    return true;
   }
 
   /** Pan back so that at least KEEP_SHARE of the graph (of the canvas, for a graph bigger than it)
@@ -205,7 +253,10 @@ export class Camera {
   /** Zoom `z`, `box` centred (too tall: its top at the top; "bottom": its bottom at the bottom). */
   private look(z: number, box: Bounds, how: "centre" | "top" | "bottom"): void {
     const { w, h } = this.area();
-    const x = box.w * z <= w - 2 * PAD ? w / 2 - (z * (box.x1 + box.x2)) / 2 : PAD - z * box.x1;
+    const g = this.bbox;
+    // The whole graph's width fits: centre the graph across (the box is in it), cutting nothing at the sides.
+    const across = g && g.w * z <= w - 2 * PAD ? g : box;
+    const x = across.w * z <= w - 2 * PAD ? w / 2 - (z * (across.x1 + across.x2)) / 2 : PAD - z * across.x1;
     const tall = box.h * z > h - 2 * PAD;
     let y = h / 2 - (z * (box.y1 + box.y2)) / 2;
     if (how === "bottom") y = h - PAD - z * box.y2;

@@ -11,7 +11,7 @@ import { FONT_SIZE, LINE_HEIGHT, NODE_PAD, stylesheet } from "./style";
 import { toSVG } from "./svg";
 import { pullStubs } from "./stubs";
 import { BigView } from "./bigview/bigview";
-import { Camera } from "./camera";
+import { Camera, type Subject } from "./camera";
 import type { Theme } from "./theme";
 
 /** Everything drawn over the laid-out graph, merged from what-if, stepper and overlay: applied as
@@ -170,6 +170,8 @@ export class GraphView {
         continue;
       }
       let size = this.measure(item);
+      // With a recording, any node may become the running node, whose label is drawn bold: room for that.
+      if (this.reserve && item.type === "node") size = maxSize(size, this.measureLabel(labelOf(item), true, false));
       for (const lines of this.reserve?.(item.key) ?? []) {
         if (!lines.length) continue;
         // Measured bold: any node may become the stepper's running node, whose label is drawn bold.
@@ -320,10 +322,11 @@ export class GraphView {
     this.cy.pan({ x: anchor.rendered.x - zoom * ((bb.x1 + bb.x2) / 2), y: anchor.rendered.y - zoom * bb.y1 });
   }
 
-  /** The toolbar's Fit: the whole graph, never below the camera's floor (FIT_FLOOR). */
-  fit(): void {
+  /** The toolbar's Fit (camera.fitAll): the whole graph when it reads, else `subject`'s neighbourhood; again:
+   *  the whole graph. `subject` undefined: what the view was last framed on. */
+  fit(subject?: Subject | null): void {
     this.cy.resize();
-    this.camera.fitAll();
+    this.camera.fitAll(subject === undefined ? this.camera.subject : subject);
   }
 
   /** Keep `px` free at the bottom on the next fit; true when it changed. */
@@ -439,16 +442,11 @@ export class GraphView {
     this.paint(this.paintState);
   }
 
-  /** Pan (no zoom change) so that `key` is well inside the canvas, if it is not already. */
-  ensureVisible(key: string, margin = { side: 30, top: 30, bottom: 40 }): void {
-    const n = this.cy.getElementById(key);
-    if (n.empty()) return;
-    const bb = n.renderedBoundingBox({ includeLabels: false, includeOverlays: false });
-    const w = this.cy.width();
-    const h = this.cy.height();
-    if (bb.x1 >= margin.side && bb.x2 <= w - margin.side && bb.y1 >= margin.top && bb.y2 <= h - margin.bottom) return;
-    this.cy.panBy({ x: w / 2 - (bb.x1 + bb.x2) / 2, y: h / 2 - (bb.y1 + bb.y2) / 2 });
+  /** Pan (no zoom) so the element `key` is whole in the free part of the canvas (camera.reveal). */
+  ensureVisible(key: string, margin?: number): boolean {
+    return this.camera.reveal(key, margin);
   }
+
 
   /** Lay long graphs out in columns aiming at `aspect` (width / height; null: one tall column) from
    *  the next layout on; incremental placement is off while it is set. */
@@ -577,4 +575,8 @@ export class GraphView {
     this.measured.set(key, size);
     return size;
   }
+}
+
+function maxSize(a: Size, b: Size): Size {
+  return { width: Math.max(a.width, b.width), height: Math.max(a.height, b.height) };
 }

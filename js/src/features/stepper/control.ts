@@ -2,7 +2,8 @@
 // wires them to the model, the panel and the timer): what a key does, what a click moves to, when
 // playing stops, the panel's facts, the legend, the hover text and the decoration handed to the paint.
 import type { Decoration, LegendSpec } from "../../core/feature";
-import type { ModuleCall } from "../../payload";
+import type { GraphNode, ModuleCall } from "../../payload";
+import { nodeTitle } from "../../state/labels";
 import { splitFill } from "../../state/classes";
 import { fmt } from "../../state/numbers";
 import type { VisibleGraph } from "../../state/quotient";
@@ -33,10 +34,62 @@ export interface StepperModel {
   flowEdges: string[];
   /** The last "Run to" stop (null before any; cleared with a new recording). */
   runStop: RunStop | null;
+  /** What that stop ran to, in words ("the first NaN/Inf", "the first step in fc2"). */
+  runWords: string;
+  /** What the user chose last (a click on a node or box, a search pick, `selected` from Python): the
+   *  element the box and leaf rules of "Run to" read. */
+  pick: Pick | null;
+}
+
+/** An element the user chose: a module box (call id) or a node (leaf or not), and how text names it. */
+export interface Pick {
+  kind: "box" | "leaf" | "node";
+  id: string;
+  name: string;
 }
 
 export function initialStepper(): StepperModel {
-  return { rix: null, cursor: -1, sv: null, playing: false, speed: 2, byModule: false, lastMs: 0, flowEdges: [], runStop: null };
+  return { rix: null, cursor: -1, sv: null, playing: false, speed: 2, byModule: false, lastMs: 0, flowEdges: [], runStop: null, runWords: "", pick: null };
+}
+
+/** The pick a chosen id makes: a call id is a box, a node id a leaf or a node; null for an id the graph
+ *  does not hold (or ""). `callIds` holds the graph's module calls. */
+export function pickOf(id: string, nodes: ReadonlyMap<string, GraphNode>, callIds: ReadonlySet<string>): Pick | null {
+  const bare = id.startsWith("call:") ? id.slice(5) : id;
+  const n = nodes.get(bare);
+  if (n) return { kind: n.kind === "leaf" ? "leaf" : "node", id: bare, name: n.names?.[0] || nodeTitle(n) };
+  return callIds.has(bare) ? { kind: "box", id: bare, name: bare } : null;
+}
+
+/** The pick a canvas click makes: a box (open or closed), or a drawn node; null for anything else. */
+export function clickPick(key: string, kind: string, nodes: ReadonlyMap<string, GraphNode>, callIds: ReadonlySet<string>): Pick | null {
+  if (kind === "collapsed" || kind === "expanded") return pickOf("call:" + key.slice(2), nodes, callIds);
+  if (kind === "op" || kind === "leaf" || kind === "root") return pickOf(key.slice(2), nodes, callIds);
+  return null;
+}
+
+/** The element each rule needing one would run to, by name ("" when the pick does not apply). */
+export function runTargets(m: StepperModel): { box: string; leaf: string } {
+  const p = m.pick;
+  return { box: p?.kind === "box" ? p.name : "", leaf: p?.kind === "leaf" ? p.name : "" };
+}
+
+/** A rule in the user's words (never its internal name). */
+export function runWords(rule: RunRule, target: string, threshold: number): string {
+  switch (rule) {
+    case "nonfinite":
+      return "the first NaN/Inf";
+    case "zero":
+      return "the first exact zero";
+    case "above":
+      return `the first norm above ${Number.isFinite(threshold) ? fmt(threshold) : "?"}`;
+    case "jump":
+      return "the largest jump in norm";
+    case "module":
+      return `the first step in ${target ? `box ${target}` : "a box"}`;
+    case "leaf":
+      return `the first delivery into ${target || "a leaf"}`;
+  }
 }
 
 /** The parts of a key press a key binding looks at (a KeyboardEvent has them). */
@@ -95,18 +148,22 @@ export function panelFacts(m: StepperModel, hasBoxes: boolean): StepperState | n
     pending: pendingLeaves(rix, sv),
     boxes: hasBoxes,
     firstNonfinite: firstNonfinite(rix.steps),
-    runText: m.runStop ? `Run to ${m.runStop.rule}: ${m.runStop.text}` : "",
+    runText: m.runStop ? `Run to ${m.runWords}: ${m.runStop.text}` : "",
+    targets: runTargets(m),
   };
 }
 
-/** Where "Run to" `rule` stops (kept in `m.runStop`); the module and leaf rules take the selection
- *  (`selected`: a call id or a leaf's node id). */
-export function runToStop(m: StepperModel, rule: RunRule, calls: ModuleCall[], selected: string, threshold: number): RunStop | null {
+/** Where "Run to" `rule` stops (kept in `m.runStop`, its words in `m.runWords`); the box and leaf rules
+ *  run to the user's last pick (`m.pick`) when it is a box or a leaf, and say how to choose one when not. */
+export function runToStop(m: StepperModel, rule: RunRule, calls: ModuleCall[], threshold: number): RunStop | null {
   if (!m.rix) return null;
   const src = { steps: m.rix.steps, nodes: m.rix.nodes, calls, passes: m.rix.passes, forward: m.rix.rec.forward };
-  const sel = selected.startsWith("call:") ? selected.slice(5) : selected;
+  const targets = runTargets(m);
+  const target = rule === "module" ? targets.box : rule === "leaf" ? targets.leaf : "";
+  const sel = target && m.pick ? m.pick.id : "";
+  m.runWords = runWords(rule, target, threshold);
   if ((rule === "module" || rule === "leaf") && !sel) {
-    m.runStop = { rule, index: -1, node: "", text: `never hit: select a ${rule === "module" ? "module box" : "leaf"} first`, last: -1, healed: [], each: [] };
+    m.runStop = { rule, index: -1, node: "", text: `never hit: ${rule === "module" ? "click a module box" : "click a leaf (a parameter or input)"} first`, last: -1, healed: [], each: [] };
   } else if (rule === "above" && !(Number.isFinite(threshold) && threshold >= 0)) {
     m.runStop = { rule, index: -1, node: "", text: "never hit: give a finite threshold >= 0", last: -1, healed: [], each: [] };
   } else m.runStop = runTo(src, rule, sel, threshold);

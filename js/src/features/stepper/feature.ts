@@ -10,11 +10,13 @@ import type { Feature, Slots } from "../../core/feature";
 import { repaint } from "../../core/paint";
 import {
   atEnd,
+  clickPick,
   clickTarget,
   cursorFrom,
   initialStepper,
   keyAction,
   panelFacts,
+  pickOf,
   runToStop,
   stepInfo,
   stepperDecoration,
@@ -105,7 +107,7 @@ class StepperRun {
       core.model.save_changes();
     }
     if (changed || save) repaint(core);
-    if (changed && st.sv?.step) core.view.ensureVisible(this.repOf(st.sv.step.node), { side: 30, top: 30, bottom: 110 });
+    if (changed && st.sv?.step) core.view.ensureVisible(this.repOf(st.sv.step.node), 30);
     st.lastMs = performance.now() - started;
     core.root.dataset.stepMs = st.lastMs.toFixed(1);
   }
@@ -113,7 +115,7 @@ class StepperRun {
   /** "Run to": seek the rule's stop (a stop that never hits leaves the cursor and says so). */
   runTo(rule: RunRule, threshold: number): void {
     const started = performance.now();
-    const stop = runToStop(this.st, rule, this.core.payload.calls, String(this.core.model.get("selected") || ""), threshold);
+    const stop = runToStop(this.st, rule, this.core.payload.calls, threshold);
     this.core.root.dataset.runRuleMs = (performance.now() - started).toFixed(1);
     if (stop && stop.index >= 0) this.seek(stop.index, true);
     this.updatePanel();
@@ -154,9 +156,24 @@ class StepperRun {
     this.setPlaying(false);
     st.rix = rec ? indexRecording(rec, core.payload) : null;
     st.runStop = null;
+    this.follow();
     st.cursor = cursorFrom(st, core.model.get("step"));
     core.body.classList.toggle("gradviz-with-side", !!st.rix);
     core.view.resize();
+  }
+
+  /** The `selected` trait (Python, a search pick) is the user's latest choice. */
+  follow(): void {
+    const st = this.st;
+    const id = String(this.core.model.get("selected") || "");
+    if (st.rix && id) st.pick = pickOf(id, st.rix.nodes, new Set(this.core.index.calls.keys()));
+  }
+
+  /** A click on the canvas: what it chose is what "Run to" a box / leaf reads from now on. */
+  picked(key: string, kind: string): void {
+    const st = this.st;
+    const p = st.rix ? clickPick(key, kind, st.rix.nodes, new Set(this.core.index.calls.keys())) : null;
+    if (p) st.pick = p;
   }
 
   stop(): void {
@@ -181,6 +198,10 @@ export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Featur
         const c = cursorFrom(st, core.model.get("step"));
         if (st.rix && c !== st.cursor) run.seek(c, false);
       },
+      selected() {
+        run.follow();
+        run.updatePanel();
+      },
     },
     loaded: () => run.loadRecording(),
     decorate: (shown) => stepperDecoration(st, (st.sv = st.rix ? stepView(st.rix, st.cursor) : null), shown, run.repOf),
@@ -189,6 +210,7 @@ export const stepper: FeatureFactory<StepperHooks> = (core: Core, slots): Featur
     legend: () => (st.rix ? { spec: stepperLegend(st.rix), fallback: st.cursor < 0 } : null),
     tooltip: (key) => stepTooltip(st, key),
     click(key, kind) {
+      run.picked(key, kind); // a box click still opens or closes it (the core's), and is the box chosen
       const at = clickTarget(st, key, kind);
       if (at !== null) run.seek(at, true);
       return at !== null;

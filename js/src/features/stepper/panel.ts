@@ -31,6 +31,8 @@ export interface StepperState {
   firstNonfinite: number;
   /** The last "Run to" stop's rule text with its numbers ("" before any). */
   runText: string;
+  /** What the box and leaf rules of "Run to" would run to, by name ("": nothing applicable chosen). */
+  targets: { box: string; leaf: string };
 }
 
 export interface StepperPanel {
@@ -43,15 +45,23 @@ export interface StepperPanel {
 
 export const SPEEDS = [0.5, 1, 2, 4, 8];
 
-/** The "Run to" menu: rule -> label (the module and leaf rules use the current selection). */
+/** The "Run to" menu: rule -> label (the box and leaf rules name what the user chose last, see
+ *  `runOptionText`). */
 export const RUN_LABELS: [RunRule, string][] = [
   ["nonfinite", "first NaN/Inf (where born)"],
   ["zero", "first exact zero sent"],
   ["above", "first norm above…"],
   ["jump", "largest jump in norm"],
-  ["module", "selected box: first step"],
-  ["leaf", "selected leaf: first delivery"],
+  ["module", "first step in a box"],
+  ["leaf", "first delivery into a leaf"],
 ];
+
+/** The menu's text for the box and leaf rules: what they will run to, or how to choose it (then the
+ *  option is disabled). */
+export function runOptionText(rule: "module" | "leaf", target: string): { text: string; disabled: boolean } {
+  if (rule === "module") return target ? { text: `first step in box ${target}`, disabled: false } : { text: "first step in a box (click a box first)", disabled: true };
+  return target ? { text: `first delivery into ${target}`, disabled: false } : { text: "first delivery into a leaf (click a leaf first)", disabled: true };
+}
 
 // Inline SVG icons: the font of a stock headless Chromium (and some machines) lacks ⏸ and ⇤, which
 // then show as "▯"; a path needs no font. 16x16 view box, drawn in the button's text colour.
@@ -98,6 +108,9 @@ function runToControls(actions: StepperActions): [HTMLSelectElement, HTMLInputEl
     const rule = menu.value as RunRule | "";
     threshold.hidden = rule !== "above";
     if (rule) actions.runTo(rule, Number(threshold.value));
+    // Back to "Run to…" (the line under the bar says where it went): choosing the same rule again, after a
+    // new click, runs again. "above" stays chosen while its threshold box is out.
+    if (rule !== "above") menu.value = "";
   };
   menu.addEventListener("change", run);
   threshold.addEventListener("change", run);
@@ -189,6 +202,13 @@ export function createStepper(actions: StepperActions): StepperPanel {
       setText(pending, s.pending.join(" · "));
       setText(runText, s.runText);
       runText.hidden = !s.runText;
+      for (const rule of ["module", "leaf"] as const) {
+        const option = runMenu.querySelector<HTMLOptionElement>(`option[value="${rule}"]`);
+        if (!option) continue;
+        const o = runOptionText(rule, rule === "module" ? s.targets.box : s.targets.leaf);
+        setText(option, o.text);
+        option.disabled = o.disabled;
+      }
     },
     showDetails(d) {
       if (!d) {

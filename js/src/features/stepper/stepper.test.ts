@@ -163,27 +163,71 @@ test("Run to texts format numbers as Python's '.4g' does, ties to even included"
   for (const [x, want] of cases) assert.equal(g4(x), want, String(x));
 });
 
-test("Run to: the box and leaf rules read the selection, and a rule without one says so", async () => {
-  const { initialStepper, runToStop, panelFacts } = await import("./control");
+test("Run to: the box and leaf rules read the last pick, and a rule without one says how to choose it", async () => {
+  const { initialStepper, runToStop, panelFacts, pickOf, clickPick } = await import("./control");
   const m = initialStepper();
   m.rix = indexRecording(normalizeRecording(mlp.recording)!, mlp.graph);
-  const none = runToStop(m, "module", mlp.graph.calls, "", 0)!;
+  const callIds = new Set(mlp.graph.calls.map((c) => c.id));
+  const none = runToStop(m, "module", mlp.graph.calls, 0)!;
   assert.equal(none.index, -1);
-  assert.match(none.text, /never hit: select a module box first/);
+  assert.match(none.text, /never hit: click a module box first/);
+  m.sv = stepView(m.rix, -1);
+  assert.deepEqual(panelFacts(m, true)!.targets, { box: "", leaf: "" });
   const call = mlp.graph.calls[0];
-  const box = runToStop(m, "module", mlp.graph.calls, call.id, 0)!;
+  // a click on a box (open or closed) chooses it
+  m.pick = clickPick("c:" + call.id, "collapsed", m.rix.nodes, callIds);
+  assert.deepEqual(panelFacts(m, true)!.targets, { box: call.id, leaf: "" });
+  const box = runToStop(m, "module", mlp.graph.calls, 0)!;
   const inBox = m.rix.steps.findIndex((s) => mlp.graph.nodes.find((n) => n.id === s.node)?.call.startsWith(call.id));
   assert.equal(box.index, inBox);
   assert.ok(box.last >= box.index);
+  assert.ok(panelFacts(m, true)!.runText.startsWith(`Run to the first step in box ${call.id}: `));
+  // then a click on a leaf: the leaf rule reads it, and the box rule no longer applies (no stale choice)
   const leaf = mlp.graph.nodes.find((n) => n.kind === "leaf" && m.rix!.steps.some((s) => s.node === n.id))!;
-  const got = runToStop(m, "leaf", mlp.graph.calls, leaf.id, 0)!;
+  m.pick = clickPick("n:" + leaf.id, "leaf", m.rix.nodes, callIds);
+  assert.equal(m.pick!.kind, "leaf");
+  assert.equal(panelFacts(m, true)!.targets.box, "");
+  assert.equal(runToStop(m, "module", mlp.graph.calls, 0)!.index, -1);
+  const got = runToStop(m, "leaf", mlp.graph.calls, 0)!;
   // its first delivery: the first step that sent a gradient into the leaf's buffer, before AccumulateGrad ran
   const delivered = m.rix.steps.findIndex((s) => (s.deliveries ?? []).some((d) => d[0] === leaf.id));
   assert.ok(delivered >= 0 && delivered < m.rix.steps.findIndex((s) => s.node === leaf.id));
   assert.equal(got.index, delivered);
   assert.deepEqual(got.each, m.rix.steps.flatMap((s, i) => ((s.deliveries ?? []).some((d) => d[0] === leaf.id) ? [i] : [])));
   m.sv = stepView(m.rix, got.index);
-  assert.ok(panelFacts(m, true)!.runText.includes(got.text));
-  const bad = runToStop(m, "above", mlp.graph.calls, "", NaN)!;
+  const text = panelFacts(m, true)!.runText;
+  assert.ok(text.includes(got.text));
+  // an op node chosen: neither rule applies
+  const op = mlp.graph.nodes.find((n) => n.kind === "op")!;
+  m.pick = pickOf(op.id, m.rix.nodes, callIds);
+  assert.deepEqual(panelFacts(m, true)!.targets, { box: "", leaf: "" });
+  assert.match(runToStop(m, "leaf", mlp.graph.calls, 0)!.text, /click a leaf/);
+  const bad = runToStop(m, "above", mlp.graph.calls, NaN)!;
   assert.match(bad.text, /finite threshold/);
+  // no rule's internal name in what the user reads
+  for (const rule of ["nonfinite", "zero", "above", "jump", "module", "leaf"] as const) {
+    runToStop(m, rule, mlp.graph.calls, 1);
+    assert.doesNotMatch(panelFacts(m, true)!.runText, /^Run to (nonfinite|zero|above|jump|module|leaf)\b/, rule);
+  }
+});
+
+test("one value formatter: the stepper's panel shows 8 values and the count, as details do", async () => {
+  const { fmtVec } = await import("../../state/numbers");
+  const { formatHead, summarizeValues } = await import("../../state/labels");
+  const values = Array.from({ length: 64 }, (_, i) => i / 4);
+  const want = "[0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, …] 64 values";
+  assert.equal(fmtVec(values), want);
+  assert.equal(formatHead(summarizeValues(values)), want);
+  assert.equal(fmtVec([1, 2, 3]), "[1, 2, 3]");
+  assert.equal(fmtVec([0.5]), "0.5");
+  // a [64, 1] gradient received and sent: the step's panel never lists all 64
+  const ix = indexRecording(normalizeRecording(structuredClone(mlp.recording))!, mlp.graph);
+  const k = ix.steps.findIndex((s) => (s.received ?? []).some((g) => g?.value));
+  const g = ix.steps[k].received!.find((r) => r?.value)!;
+  g.value = values;
+  g.shape = [64, 1];
+  const rows = stepDetails(ix, stepView(ix, k))!.sections.flatMap((s) => s.rows);
+  const shown = rows.find(([key]) => key === "value")![1];
+  assert.equal(shown, want);
+  assert.ok(rows.every(([, v]) => (v.match(/,/g) ?? []).length <= 8), JSON.stringify(rows));
 });

@@ -145,11 +145,16 @@ export const whatIf: FeatureFactory<WhatIfHooks> = (core: Core, slots): Feature<
   };
 };
 
+/** How far a pruned node (no longer on any path to the loss) fades, per theme. */
+export const PRUNED_OPACITY = { light: 0.4, dark: 0.55 } as const;
+
 /** Cut edges red and dashed, lost leaves red, frozen leaves blue-grey, pruned nodes faded.
  *  Order matters: later rules win. */
 function whatIfStyles(t: Theme): StylesheetJson {
   return [
-    { selector: ".wi-pruned", style: { opacity: 0.3 } },
+    // Faded, still legible: text at 0.3 on a dark canvas read as grey on grey (light text fades to the
+    // dark background much faster than dark text to a light one).
+    { selector: ".wi-pruned", style: { opacity: t.dark ? PRUNED_OPACITY.dark : PRUNED_OPACITY.light } },
     {
       selector: "node.wi-lost",
       style: { "background-color": t.dangerFill, "border-color": t.danger, "border-width": 3.5, "border-style": "solid", opacity: 1 },
