@@ -145,6 +145,7 @@ function renderWidget({ model: raw, el }: Pick<RenderProps<Traits>, "model" | "e
   });
   const toolbar = createToolbar({
     fit: run("Fit", () => fitButton(core)),
+    fitWhole: run("Fit", () => fitButton(core, true)),
     zoomReset: run("the zoom reset", () => view.zoomReset()),
     relayout: run("Re-layout", () => relayout(core, {})),
     expandAll: run("Expand all", () => expandEverything(core)),

@@ -111,10 +111,11 @@ export function fitView(ctx: Core): void {
   ctx.view.camera.frame(subjectOf(ctx));
 }
 
-/** The toolbar's Fit and the zoom chip: the whole graph when its labels read, else the neighbourhood of
- *  the selection (or of what the view is about); again: the whole graph (view/camera.ts fitAll). */
-export function fitButton(ctx: Core): void {
-  ctx.view.fit(selectedSubject(ctx) ?? ctx.view.camera.subject);
+/** The toolbar's Fit: the whole graph when its labels read, else the neighbourhood of the selection (or of
+ *  what the view is about); again: the whole graph (view/camera.ts fitAll). `whole` (the zoom chip, "N%
+ *  fits"): the whole graph at once. */
+export function fitButton(ctx: Core, whole = false): void {
+  ctx.view.fit(selectedSubject(ctx) ?? ctx.view.camera.subject, whole);
 }
 
 /** The selected node or box as a subject (its drawn representative), null when nothing is selected. */

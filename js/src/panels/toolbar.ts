@@ -16,6 +16,8 @@ export function notesToShow(notes: readonly string[], nodes: number): string[] {
 
 export interface ToolbarActions {
   fit(): void;
+  /** The zoom chip: the whole graph, whatever the zoom it takes. */
+  fitWhole(): void;
   zoomReset(): void;
   /** A full layout of what is drawn (incremental placement can get untidy), keeping the zoom. */
   relayout(): void;
@@ -111,7 +113,7 @@ export function createToolbar(actions: ToolbarActions): Toolbar {
   });
   const tools = h("span", { class: "gradviz-tools" });
   const counts = h("span", { class: "gradviz-counts", "data-testid": "gradviz-counts" });
-  const zoom = button("", "gradviz-zoom-chip", "", actions.fit);
+  const zoom = button("", "gradviz-zoom-chip", "", actions.fitWhole);
   zoom.classList.add("gradviz-zoom-chip");
   zoom.hidden = true;
   const element = h(

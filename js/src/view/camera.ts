@@ -111,11 +111,12 @@ export class Camera {
 
   /** The toolbar's Fit: the whole graph when its labels still read there (FIT_READABLE), else `subject`'s
    *  neighbourhood (the selection, what the view is about) at that zoom, the subject in view; Fit again on
-   *  that view shows the whole graph at whatever zoom it needs (the overview). */
-  fitAll(subject: Subject | null = this.subject): Framing {
+   *  that view shows the whole graph at whatever zoom it needs (the overview); `whole`: that at once (the
+   *  zoom chip's "N% fits"). */
+  fitAll(subject: Subject | null = this.subject, whole = false): Framing {
     this.subject = subject;
     const again = this.mode === "fit" && this.fitNear;
-    return this.placeFit(again);
+    return this.placeFit(whole || again);
   }
 
   /** `whole`: the whole graph at its fit zoom; else the whole graph if it reads, the neighbourhood if not. */

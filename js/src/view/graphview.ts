@@ -324,9 +324,9 @@ export class GraphView {
 
   /** The toolbar's Fit (camera.fitAll): the whole graph when it reads, else `subject`'s neighbourhood; again:
    *  the whole graph. `subject` undefined: what the view was last framed on. */
-  fit(subject?: Subject | null): void {
+  fit(subject?: Subject | null, whole = false): void {
     this.cy.resize();
-    this.camera.fitAll(subject === undefined ? this.camera.subject : subject);
+    this.camera.fitAll(subject === undefined ? this.camera.subject : subject, whole);
   }
 
   /** Keep `px` free at the bottom on the next fit; true when it changed. */
