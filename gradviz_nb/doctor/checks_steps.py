@@ -179,7 +179,8 @@ def check_two_optimizers(obs: Observed) -> list[Finding]:
                               f"one {a.kind} step moves an element")
                 out.append(Finding(
                     "two-optimizers", common_module(shared), f"stepped by two optimizers: {a.label} and {b.label}",
-                    f"at step {rec.index}, {a.label}.step() and {b.label}.step() both updated {len(shared)} "
+                    f"at step {rec.index}, {a.label}.step(){_at(a.line)} and {b.label}.step(){_at(b.line)} both "
+                    f"updated {len(shared)} "
                     f"parameters ({', '.join(shared[:4])}{', ...' if len(shared) > 4 else ''}): {n} moved "
                     f"{_g(a.update[n])} then {_g(b.update[n])}" + versus,
                     f"give each parameter to exactly one optimizer (build {b.label.split(' ')[0]} from the "

@@ -46,8 +46,9 @@ class Diagnosis:
 
     ``graph`` is the autograd graph of the first observed step (None when no backward ran);
     ``steps`` how many steps were run; ``restored`` whether the model and optimizer were put back;
-    ``moved`` the parameters whose value changed during the observed steps; ``grad_norms`` each parameter's
-    gradient norm as the first step's optimizer saw it (None: no gradient).
+    ``moved`` the parameters whose value changed during the observed steps; ``used`` the gradient norm each
+    parameter's first optimizer step used (None: ``.grad`` was None then; ``doctor.steps.used_grads``);
+    ``grad_norms`` each parameter's gradient norm as the first step's optimizer saw it (None: no gradient).
     """
 
     findings: list[Finding]
@@ -57,6 +58,7 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     moved: frozenset[str] = field(default=frozenset(), repr=False)  # parameters whose value changed in a step
     grad_norms: dict[str, float | None] = field(default_factory=dict, repr=False)  # first step's, None: no grad
+    used: dict[str, float | None] = field(default_factory=dict, repr=False)  # as each first optimizer step used it
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ from gradviz_nb.doctor.nan_origin import nan_origin
 from gradviz_nb.doctor.observe import Sightings, StepRecord, observe_step
 from gradviz_nb.doctor.registration import unregistered
 from gradviz_nb.doctor.state import TrainingState
+from gradviz_nb.doctor.steps import used_grads
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import rank
 from gradviz_nb.probes.sandbox import Snapshot
@@ -76,7 +77,7 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
         "the step ran no backward (no loss.backward()): only the model's structure was checked"]
     first = next((r for r in records if r.graph is not None), None)
     return Diagnosis(findings, len(records), restore, first.graph if first else None, notes, moved_in(records),
-                     grad_norms(records))
+                     grad_norms(records), used_grads([r.events for r in records]))
 
 
 def moved_in(records: list[StepRecord]) -> frozenset[str]:

@@ -42,7 +42,7 @@ from gradviz_nb.probes.owned import for_this_thread, in_this_thread
 from gradviz_nb.tracing.places import source_line
 
 __all__ = ["Backward", "Foreign", "OptimizerStep", "SchedulerStep", "StepEvents", "StepWatch", "ZeroGrad",
-           "caller_line"]
+           "caller_line", "used_grads"]
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gradviz_nb/
 _TORCH = os.path.dirname(os.path.abspath(torch.__file__))
@@ -99,7 +99,8 @@ class OptimizerStep:
     history the update norm its rule gives (``lr * |g + wd * p|``), for Adam-family optimizers on their first
     step the per-element bound (``lr``, plus AdamW's decay); NaN when the rule gives no such number.
     ``zeroed``: tensors a backward of this step fed whose ``.grad`` was None or zero here (name -> how).
-    ``lr_all``: the learning rate this step used for every tensor its groups hold, as it was at the step."""
+    ``lr_all``: the learning rate this step used for every tensor its groups hold, as it was at the step;
+    ``line``: the user's line that called ``step()``."""
 
     order: int
     label: str
@@ -113,6 +114,24 @@ class OptimizerStep:
     rule_is_bound: bool = False
     zeroed: dict[str, str] = field(default_factory=dict)
     lr_all: dict[str, float] = field(default_factory=dict)
+    line: str = ""  # the user's line that called step()
+
+
+def used_grads(events: list[StepEvents]) -> dict[str, float | None]:
+    """The gradient norm each tensor's first optimizer step used, over the observed steps in order: None when its
+    ``.grad`` was None then, 0.0 when it was all zeros (a backward fed it, and something cleared it before the
+    step); tensors the step held without a gradient from any backward are left out (nothing was measured)."""
+    out: dict[str, float | None] = {}
+    for ev in events:
+        for s in ev.optimizer_steps:
+            for n in s.lr_all:
+                if n in out:
+                    continue
+                if n in s.grad:
+                    out[n] = s.grad[n]
+                elif n in s.zeroed:
+                    out[n] = None if s.zeroed[n] == "None" else 0.0
+    return out
 
 
 @dataclass
@@ -422,7 +441,7 @@ class StepWatch:
         names = {id(t): n for n, t in self.tensors().items()}
         last = max((s.order for s in self.ev.optimizer_steps if s.key == key), default=0)
         fed = {n for b in self.ev.backwards if b.order > last for n in b.contrib}
-        step = OptimizerStep(self._next(), self.ev.labels[key], type(opt).__name__, key)
+        step = OptimizerStep(self._next(), self.ev.labels[key], type(opt).__name__, key, line=caller_line())
         pending = []
         for g in opt.param_groups:
             for p in g["params"]:

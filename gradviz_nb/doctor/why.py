@@ -261,15 +261,17 @@ SCALING_KINDS = ("double-backward", "unscaled-accumulation", "unscaled-step", "c
 
 
 def _finding_status(dx: Any, name: str, kind: str) -> str:
-    """What the step measured for ``name``, from the gradient its first optimizer step saw (``grad_norms``):
+    """What the step measured for ``name``, from the gradient its first optimizer step used (``used``, else the
+    gradient statistics ``grad_norms``):
     "none" (no gradient, or no leaf of the step's graph), "zero", "tiny" (against the weight's norm), "scaled"
     for a finding that measured a factor on it, else "ok" (the finding is about the step); a zero-kind finding
     with nothing measured says "zero"."""
     from gradviz_nb.probes.causes import TINY
 
+    used = getattr(dx, "used", {}) or {}  # what the optimizer step used: cleared or clipped after backward
     norms = getattr(dx, "grad_norms", {}) or {}
-    if name in norms:
-        g = norms[name]
+    if name in used or name in norms:
+        g = used[name] if name in used else norms[name]
         if g is None:
             return "none"
         if g == 0:

@@ -34,7 +34,8 @@ def step_why(rec: StepRecord, name: str, status: tuple[str, str]) -> Why:
     """Why for one parameter of an observed step (its graph, its capture's evidence, the model)."""
     cap = rec.cap
     model = cap.model if cap is not None else None
-    w = analyse(name, graph=rec.graph, model=model, cap=cap, status=status)
+    lines = {c.seq: c.line for c in rec.events.calls.values() if c.seq is not None and c.line}  # custom Functions
+    w = analyse(name, graph=rec.graph, model=model, cap=cap, status=status, lines=lines or None)
     remember(rec.graph, w)
     return w
 

@@ -31,6 +31,7 @@ from torch import nn
 from gradviz_nb.kinds import Kind, fix_for
 from gradviz_nb.probes.causes.zeros import Lost, expected_zero
 from gradviz_nb.tracing import AutogradGraph
+from gradviz_nb.tracing.capture import recent_line
 from gradviz_nb.tracing.evidence import Evidence, hook_name
 from gradviz_nb.tracing.places import source_file, split_line
 
@@ -217,7 +218,8 @@ def _zeroed(e: Evidence) -> bool:
 
 
 def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: Sequence[Evidence],
-              p: torch.Tensor | None, model: nn.Module | None = None) -> Cause | None:
+              p: torch.Tensor | None, model: nn.Module | None = None, lines: dict[int, str] | None = None
+              ) -> Cause | None:
     g = graph.nx
     dist = _distances(g, leaf)
     leaf_hook = next((e for e in events if e.kind == "hook" and name in e.cut and _zeroed(e)), None)
@@ -228,7 +230,7 @@ def _in_graph(status: str, name: str, graph: AutogradGraph, leaf: str, events: S
     if blockers and status in ("none", "zero") and not _reach(g, leaf, graph.roots, removed):
         # the nearest one whose removal alone... the nearest blocker every remaining path passes
         first = next((b for b in blockers if not _reach(g, leaf, graph.roots, {b.node})), blockers[0])
-        return _blocker_cause(status, name, graph, first, len(blockers))
+        return _blocker_cause(status, name, graph, first, len(blockers), lines)
     if status == "tiny":
         sat = _most_saturated(dist, events, graph)
         if sat and not _reach(g, leaf, graph.roots, {n for _, n in sat}):  # they block every path
@@ -285,7 +287,16 @@ def _hook_cause(status: str, name: str, e: Evidence, node: str) -> Cause:
                  f"norm {nums['grad_out']:.3g}; {name} is upstream of it", fix_for("hook-zeroed"), node, e)
 
 
-def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, count: int) -> Cause:
+def _made_at(seq: object, lines: dict[int, str] | None = None) -> str:
+    """The user's line that made the node numbered ``seq``: from ``lines`` (a re-run's, or the doctor's record of
+    each custom Function's call), else from the capture that recorded it ("" when none did)."""
+    if not isinstance(seq, int) or seq < 0:
+        return ""
+    return (lines or {}).get(seq, "") or recent_line(seq)
+
+
+def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, count: int,
+                   lines: dict[int, str] | None = None) -> Cause:
     attrs = graph.nx.nodes[b.node]
     module = f" in module {attrs.get('module')!r}" if attrs.get("module") else ""
     more = f" ({count - 1} more such nodes on its paths)" if count > 1 else ""
@@ -301,7 +312,9 @@ def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, co
                      f"node of {attrs.get('module')!r}, {name}'s gradient is exactly zero, and no op on "
                      f"those paths has a zero derivative{more}", fix_for("hook-zeroed"), b.node, hook=b.hook)
     if b.kind == "custom-backward":
-        return Cause(status, "custom-backward", f"the custom autograd.Function {attrs['op']}{module} passes no "
+        made = _made_at(attrs.get("seq", -1), lines)
+        return Cause(status, "custom-backward", f"the custom autograd.Function {attrs['op']}"
+                     f"{f' applied at {made}' if made else ''}{module} passes no "
                      "gradient back to it", f"every path from {name} to the loss runs through {attrs['op']}{module}, "
                      f"and {name}'s gradient is {status}: its backward returned None or zero for that "
                      f"input{more}; gv.gradcheck(fn, inputs) compares it with finite differences",
@@ -400,7 +413,7 @@ def lost_cause(status: str, name: str, graph: AutogradGraph, lost: Lost, events:
     attrs = graph.nx.nodes[lost.node]
     seq = attrs.get("seq", -1)
     evs = [e for e in events if e.seq is not None and e.seq == seq]
-    line = next((e.line for e in evs if e.line), "") or (lines or {}).get(seq, "")
+    line = next((e.line for e in evs if e.line), "") or _made_at(seq, lines)
     at = f" at {line}" if line else ""
     where = f" in module {lost.module!r}" if lost.module else ""
     measured = (f"measured in the backward: {lost.op}{where} received a gradient of norm "
@@ -424,7 +437,7 @@ def lost_cause(status: str, name: str, graph: AutogradGraph, lost: Lost, events:
         return Cause(status, "hook-zeroed", f"{what} passes {'no' if lost.factor == 0 else 'a shrunk'} gradient back",
                      measured, fix_for("hook-zeroed"), lost.node, hook_event, found[1] if found is not None else None)
     if _custom(dict(attrs)):
-        return Cause(status, "custom-backward", f"the custom autograd.Function {lost.op}{where} passes "
+        return Cause(status, "custom-backward", f"the custom autograd.Function {lost.op}{at}{where} passes "
                      f"{'no' if lost.factor == 0 else 'a shrunk'} gradient back to it", measured + "; "
                      "gv.gradcheck(fn, inputs) compares it with finite differences", fix_for("custom-backward"),
                      lost.node)
@@ -538,7 +551,7 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
     if lost is not None and not own_hook and (
             status != "zero" or _dead_input(graph, _distances(graph.nx, leaf), events) is None):
         return lost_cause(status, name, graph, lost, events, model, lines)
-    found = _in_graph(status, name, graph, leaf, events, param, model)
+    found = _in_graph(status, name, graph, leaf, events, param, model, lines)
     if found is not None:
         return found
     if status == "none":
