@@ -14,7 +14,7 @@ returns or raises.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +77,74 @@ def mode_matters(m: nn.Module) -> bool:
     return False
 
 
+def _flow_marks(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> list[Any]:
+    """What a :class:`GradientFlow` of the step reads, by identity and version counter: each parameter (its
+    object, version, ``requires_grad``), its ``.grad`` (object and version), and the optimizer's groups
+    (which tensors, which hyper-parameters). Equal marks: the same numbers, so the flow is not computed again
+    (an optimizer step right after the backward used the gradients the backward left)."""
+    marks: list[Any] = []
+    with torch._C.DisableTorchFunction():  # reading addresses is not the step's (StepWatch.escapes)
+        _marks_into(marks, model, optimizer)
+    return marks
+
+
+def _marks_into(marks: list[Any], model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    for p in model.parameters():
+        g = p.grad
+        marks.append((weakref.ref(p), p._version, p.requires_grad,
+                      None if g is None else weakref.ref(g), None if g is None else (g._version, _address(g))))
+    if optimizer is not None:
+        for group in optimizer.param_groups:
+            marks.append(([id(p) for p in group["params"]],
+                          {k: v.detach().clone() if isinstance(v, torch.Tensor) else v
+                           for k, v in group.items() if k != "params"}))
+
+
+def _held(values: Mapping[str, torch.Tensor | None] | None, name: str, p: torch.Tensor) -> torch.Tensor:
+    """The caller's copy of ``p``'s values when it has one of the same shape and dtype, else a new copy."""
+    held = values.get(name) if values is not None else None
+    if held is not None and held.shape == p.shape and held.dtype == p.dtype and held.device == p.device:
+        return held
+    return p.detach().clone()
+
+
+def _address(t: torch.Tensor) -> int | None:
+    try:
+        return int(t.data_ptr())
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, wrapper subclasses
+        return None
+
+
+def _same_marks(now: list[Any], then: list[Any]) -> bool:
+    if len(now) != len(then) or now[0] != then[0]:
+        return False
+    for a, b in zip(now[1:], then[1:], strict=True):
+        if isinstance(a[0], weakref.ref):
+            if a[0]() is not b[0]() or a[1:3] != b[1:3] or a[4] != b[4] or (a[3] is None) != (b[3] is None) \
+                    or (a[3] is not None and a[3]() is not b[3]()):
+                return False
+        elif a[0] != b[0] or not _same_hyper(a[1], b[1]):
+            return False
+    return True
+
+
+def _same_hyper(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k, v in a.items():
+        w = b[k]
+        if isinstance(v, torch.Tensor) or isinstance(w, torch.Tensor):  # a tensor lr: compare its value
+            if not (isinstance(v, torch.Tensor) and isinstance(w, torch.Tensor) and torch.equal(v, w)):
+                return False
+        elif v is not w:
+            try:
+                if bool(v != w):
+                    return False
+            except Exception:  # values that do not compare: count them as changed
+                return False
+    return True
+
+
 def _grad_marks(named: dict[str, nn.Parameter]) -> dict[str, tuple[weakref.ref[torch.Tensor], int]]:
     return {n: (weakref.ref(p.grad), p.grad._version) for n, p in named.items() if p.grad is not None}
 
@@ -93,9 +161,11 @@ def _watch_backward(on_backward: Callable[[Any, Callable[[], None]], None]) -> I
 
 
 def observe_step(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int,
-                 previous: StepRecord | None, seen: Sightings | None = None) -> StepRecord:
-    """Run ``step()`` once, watching every backward it makes; exceptions are kept in ``.error``."""
-    with observing(model, optimizer, index, previous, seen) as rec:
+                 previous: StepRecord | None, seen: Sightings | None = None,
+                 values: Mapping[str, torch.Tensor | None] | None = None) -> StepRecord:
+    """Run ``step()`` once, watching every backward it makes; exceptions are kept in ``.error``. ``values``:
+    copies of the parameters' values as they are now, by name, if the caller holds some (see ``observing``)."""
+    with observing(model, optimizer, index, previous, seen, values) as rec:
         try:
             step()
         except Exception as err:  # the doctor reports it; the state is restored by the caller
@@ -116,21 +186,32 @@ def _intact(named: dict[str, nn.Parameter], previous: StepRecord | None, decided
 
 @contextmanager
 def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int, previous: StepRecord | None,
-              seen: Sightings | None = None) -> Iterator[StepRecord]:
+              seen: Sightings | None = None,
+              values: Mapping[str, torch.Tensor | None] | None = None) -> Iterator[StepRecord]:
     """Watch whatever runs inside the block as one step (``observe_step`` runs a step function in it; the
-    ``gradviz`` command opens it after one optimizer step of a script and closes it after the next)."""
+    ``gradviz`` command opens it after one optimizer step of a script and closes it after the next).
+    ``values``: copies of the parameters' values as they are at entry, by name (the doctor's snapshot, taken
+    just before the first step), used instead of copying the model again; never written."""
     seen = seen if seen is not None else Sightings()
     if optimizer is not None:
         seen.known.setdefault(id(optimizer), optimizer)
     named = dict(model.named_parameters())
     rec = StepRecord(index)
-    before = {n: p.detach().clone() for n, p in named.items()}
+    before = {n: _held(values, n, p) for n, p in named.items()}
     versions = {n: p._version for n, p in named.items()}
-    watch = StepWatch(model, seen.extra, seen.labels, seen.known, seen.on_sight)
+    start = {id(p): (p, before[n], versions[n]) for n, p in named.items()}  # shared with the optimizer steps
+    watch = StepWatch(model, seen.extra, seen.labels, seen.known, seen.on_sight, start)
     rec.events = watch.ev
 
+    last: list[Any] = []  # the marks the step's current flow was computed at (see _flow_marks)
+
     def flow() -> GradientFlow:
-        return gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
+        marks = [watch.escapes, *_flow_marks(model, optimizer)]
+        if rec.flow is None or not _same_marks(marks, last):  # the gradients changed since: read them again
+            rec.flow = gradient_flow(model, graph=rec.graph, capture=rec.cap, optimizer=optimizer)
+            marks[0] = watch.escapes  # the flow's own reads are not the step's
+            last[:] = marks
+        return rec.flow
 
     decided: set[str] = set()  # parameters a backward of this step has fed (their staleness is known)
 
@@ -152,7 +233,7 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
                         rec.stale[n] = intact[n]
         with rec.cap.paused():
             rec.grads_after = _grad_marks(dict(model.named_parameters()))
-            rec.flow = flow()
+            flow()
 
     def _before_backward(root: Any) -> None:
         rec.backwards += 1
@@ -170,7 +251,7 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
         last = watch.ev.optimizer_steps[-1] if watch.ev.optimizer_steps else None
         if rec.backwards and rec.cap is not None and opt is optimizer and not (last and last.zeroed):
             with rec.cap.paused():
-                rec.flow = flow()
+                flow()
 
     rec.training_at_forward = model.training
     with capture(model) as cap:

@@ -58,7 +58,9 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
     seen = _sightings(step, model, optimizer, extras)
     try:
         for i in range(1, steps + 1):
-            records.append(observe_step(step, model, optimizer, i, records[-1] if records else None, seen))
+            # the snapshot holds the parameters as the first step finds them: no second copy for it
+            values = saved.params if i == 1 and saved.untouched() else None
+            records.append(observe_step(step, model, optimizer, i, records[-1] if records else None, seen, values))
             if records[-1].error is not None:
                 break
         bad = next((r for r in records if _nonfinite(r)), None)

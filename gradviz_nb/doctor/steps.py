@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -175,6 +175,19 @@ class StepEvents:
     switched_off: dict[str, str] = field(default_factory=dict)  # parameter -> the line that set requires_grad False
 
 
+# Ways to reach a tensor's memory past its version counter (a write through them bumps nothing): after one of
+# these, values can no longer be judged unchanged by version counters (``StepWatch.escapes``).
+_ESCAPES = {torch.Tensor.numpy, torch.Tensor.untyped_storage, torch.Tensor.storage, torch.Tensor._typed_storage,
+            torch.Tensor.data_ptr, torch.Tensor.__array__, torch.Tensor.__dlpack__}
+
+
+def _escape(func: Any) -> bool:
+    if func in _ESCAPES:
+        return True
+    owner = getattr(func, "__self__", None) if type(func).__name__ == "method-wrapper" else None
+    return owner is not None and getattr(owner, "__name__", "") == "data"  # ``t.data``: a new version counter
+
+
 _DIV = {torch.Tensor.div, torch.Tensor.div_, torch.Tensor.true_divide, torch.div, torch.true_divide}
 _MUL = {torch.Tensor.mul, torch.Tensor.mul_, torch.mul}
 _ADD = {torch.Tensor.add, torch.Tensor.add_, torch.add}
@@ -194,6 +207,7 @@ class _ScaleMode(TorchFunctionMode):
         self.order: Callable[[], int] = lambda: 0
         self.params: dict[int, str] = {}  # the model's parameters by id, for requires_grad switches
         self.switched_off: dict[str, str] = {}
+        self.escapes = 0  # calls that reached a tensor's memory past its version counter (see _ESCAPES)
 
     def amp_of(self, t: object) -> float:
         return self.amp.get(id(t), 1.0) if self.lookup(t) is not None else 1.0
@@ -205,6 +219,8 @@ class _ScaleMode(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func in _SWITCH and args and id(args[0]) in self.params:
             self._switch(args, kwargs)
+        if _escape(func):
+            self.escapes += 1
         hit = self.edits.hit(func, args)
         before = GradEdits.norm(hit) if hit else 0.0
         watching = self.values.in_forward
@@ -267,6 +283,17 @@ def _norm(t: torch.Tensor) -> float:
     return float(t.float().norm()) if t.is_floating_point() else 0.0
 
 
+def _max_abs(t: torch.Tensor) -> float:
+    """The largest ``|element|`` (NaN if any is NaN), without an ``abs()`` copy of the tensor."""
+    if not t.numel():
+        return 0.0
+    if t.is_complex() or t.is_sparse:
+        return float(t.abs().max())
+    low, top = torch.aminmax(t) if t.is_contiguous() else (t.amin(), t.amax())
+    hi, lo = float(top), float(low)
+    return math.nan if math.isnan(hi) or math.isnan(lo) else max(hi, -lo)
+
+
 def _fingerprint(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """Shapes and two checksums of a forward's tensor inputs: the same batch gives the same fingerprint."""
     out = []
@@ -292,8 +319,12 @@ class StepWatch:
     """Records one step's :class:`StepEvents` while :meth:`installed` is active (see the module docstring)."""
 
     def __init__(self, model: nn.Module, extra: dict[str, torch.Tensor], labels: dict[int, str],
-                 known: dict[int, torch.optim.Optimizer], on_sight: Callable[[object], None]) -> None:
+                 known: dict[int, torch.optim.Optimizer], on_sight: Callable[[object], None],
+                 start: Mapping[int, tuple[torch.Tensor, torch.Tensor, int]] | None = None) -> None:
         self.model, self.extra, self._labels, self._known = model, extra, labels, known
+        # id(tensor) -> (tensor, a copy of its values, its version counter) at the start of the step, taken by
+        # the caller: an optimizer step that finds a tensor unwritten since compares with that copy
+        self._start = start or {}
         self._sight = on_sight
         self.ev = StepEvents()
         self._order = 0
@@ -319,6 +350,13 @@ class StepWatch:
         if isinstance(obj, torch.optim.Optimizer):
             self._known.setdefault(id(obj), obj)
         self._sight(obj)
+
+    @property
+    def escapes(self) -> int:
+        """How many calls so far reached a tensor's memory past its version counter (``.data``, ``.numpy()``,
+        a storage, a pointer): while it stays the same, a tensor whose version counter did not move holds the
+        values it held (what lets the doctor reuse statistics it read)."""
+        return self._scales.escapes
 
     def label(self, opt: object) -> str:
         name = self._labels.get(id(opt))
@@ -455,9 +493,18 @@ class StepWatch:
                 state = opt.state.get(p, {})
                 fresh = not state or (state.get("momentum_buffer") is None and "step" not in state)
                 step.lr[n], step.grad[n] = _lr(g), norm
-                pending.append((n, p, p.detach().clone(), g, fresh))
+                pending.append((n, p, self._values_now(p), g, fresh))
         self._pending[key] = pending
         self.ev.optimizer_steps.append(step)
+
+    def _values_now(self, p: torch.Tensor) -> torch.Tensor:
+        """A copy of ``p``'s values now: the step's starting copy when ``p`` was not written since (its version
+        counter did not move and nothing reached any tensor's memory past its counter), else a new one."""
+        start = self._start.get(id(p))
+        if start is not None and start[0] is p and self.escapes == 0 and p._version == start[2] \
+                and start[1].shape == p.shape and start[1].dtype == p.dtype:
+            return start[1]
+        return p.detach().clone()
 
     def _post_step(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         step = next((s for s in reversed(self.ev.optimizer_steps) if s.key == id(opt)), None)
@@ -469,7 +516,7 @@ class StepWatch:
             with torch.no_grad():
                 delta = _local(p.detach()) - _local(before)
                 step.update[n] = _norm(delta)
-                step.update_max[n] = float(delta.abs().max()) if delta.numel() else 0.0
+                step.update_max[n] = _max_abs(delta)
             step.rule[n] = self._rule(step, n, p, before, group, fresh)
         step.rule_is_bound = step.kind in _ADAM
 
@@ -486,7 +533,7 @@ class StepWatch:
             nesterov = 1 + float(group.get("momentum", 0.0) or 0.0) if group.get("nesterov") else 1.0
             return lr * nesterov * _norm(g)
         if step.kind in _ADAM:
-            decay = lr * wd * float(_local(before).abs().max()) if step.kind == "AdamW" and before.numel() else 0.0
+            decay = lr * wd * _max_abs(_local(before)) if step.kind == "AdamW" else 0.0
             return lr + decay
         return float("nan")
 

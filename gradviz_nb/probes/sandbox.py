@@ -181,6 +181,8 @@ class _TensorState:
     grad_value: torch.Tensor | None
     hooks: list[tuple[str, dict[Any, Any] | None]]
     lazy: bool = False  # values copied by Snapshot.before_write only (see Snapshot's ``lazy``)
+    version: int = -1  # the tensor's and its .grad's version counters as saved (see _written)
+    grad_version: int = -1
 
 
 def _lazy_ok(t: torch.Tensor | None) -> bool:
@@ -195,7 +197,25 @@ def _tensor_state(name: str, t: torch.Tensor, lazy: bool = False) -> _TensorStat
     if lazy and _lazy_ok(t) and (grad is None or _lazy_ok(grad)):
         return _TensorState(name, t, t.detach(), None, t.requires_grad, grad, None, _tensor_hooks(t), lazy=True)
     return _TensorState(name, t, t.detach(), None if meta else _copy(t), t.requires_grad, grad,
-                        None if grad is None or meta else _copy(grad), _tensor_hooks(t))
+                        None if grad is None or meta else _copy(grad), _tensor_hooks(t),
+                        version=_version(t), grad_version=_version(grad))
+
+
+def _version(t: torch.Tensor | None) -> int:
+    try:
+        return -1 if t is None else int(t._version)
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError):  # a tensor without a version counter
+        return -1
+
+
+def _written(t: torch.Tensor, saved: torch.Tensor, version: int) -> bool:
+    """Whether ``t`` must be written back with ``saved``: at once when its version counter moved (an in-place
+    torch op wrote it: comparing would cost as much as the copy), else only when its values differ (a write
+    no counter sees: ``.data``, ``.numpy()``), so an unchanged tensor is never written."""
+    if version >= 0 and _version(t) != version and t.shape == saved.shape and t.dtype == saved.dtype \
+            and t.layout == saved.layout == torch.strided:
+        return True
+    return not _same(t, saved)
 
 
 def _storage_ptr(t: torch.Tensor) -> int | None:
@@ -312,7 +332,9 @@ class Snapshot:
                              [copy.deepcopy({k: v for k, v in g.items() if k != "params"}) for g in o.param_groups],
                              [list(g["params"]) for g in o.param_groups]) for o in self.optimizers]
         self._opt_state = [(o, {p: (s, {k: _copy(v) if isinstance(v, torch.Tensor) else copy.deepcopy(v)
-                                        for k, v in s.items()}) for p, s in o.state.items()})
+                                        for k, v in s.items()},
+                                    {k: _version(v) for k, v in s.items() if isinstance(v, torch.Tensor)})
+                                for p, s in o.state.items()})
                            for o in self.optimizers]
         self._sched_state = [(s, copy.deepcopy(s.state_dict())) for s in self.schedulers]
         self.rng_torch = torch.get_rng_state()
@@ -376,8 +398,15 @@ class Snapshot:
             return None
         _, saved = self._opt_state[0]
         index = {id(p): i for i, p in enumerate(p for g in self._opt_groups[0][3] for p in g)}
-        return {"state": {index.get(id(p), -1): values for p, (_, values) in saved.items()},
+        return {"state": {index.get(id(p), -1): values for p, (_, values, _) in saved.items()},
                 "param_groups": self._opt_groups[0][2]}
+
+    def untouched(self) -> bool:
+        """Whether every tensor still has the version counter and storage it had when saved, so the saved copies
+        are its values now, provided no code ran since that could write past a counter (``.data``, numpy): the
+        caller's to know. Lets the doctor's first step use the snapshot's copies instead of copying again."""
+        return all(not s.lazy and s.version >= 0 and _version(s.tensor) == s.version and _ptr(s.tensor) == _ptr(s.alias)
+                   for s in self._tensors)
 
     # -- restoring ------------------------------------------------------------------------------------------
     def before_write(self, t: torch.Tensor) -> None:
@@ -456,7 +485,7 @@ class Snapshot:
                 if (s.value is not None or s.lazy) and (_ptr(t) != _ptr(s.alias) or t.shape != s.alias.shape
                                                         or t.dtype != s.alias.dtype):
                     t.data = s.alias  # the `.data` was swapped: the original storage back
-                if s.value is not None and not _same(t, s.value):
+                if s.value is not None and _written(t, s.value, s.version):
                     t.copy_(s.value)
                 if t.requires_grad != s.requires_grad and t.is_leaf:
                     t.requires_grad_(s.requires_grad)
@@ -468,7 +497,7 @@ class Snapshot:
                     continue
                 if t.grad is not s.grad:
                     t.grad = s.grad  # the user's object, not a copy
-                if s.grad_value is not None and not _same(s.grad, s.grad_value):
+                if s.grad_value is not None and _written(s.grad, s.grad_value, s.grad_version):
                     s.grad.copy_(s.grad_value)
 
     def _check_lazy(self) -> None:
@@ -496,7 +525,7 @@ class Snapshot:
         for o, kept in self._opt_state:
             for param in [q for q in o.state if q not in kept]:
                 del o.state[param]
-            for param, (state, values) in kept.items():
+            for param, (state, values, versions) in kept.items():
                 o.state[param] = state
                 for k in [k for k in state if k not in values]:
                     del state[k]
@@ -504,7 +533,7 @@ class Snapshot:
                     old = state.get(k)
                     if isinstance(v, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == v.shape \
                             and old.dtype == v.dtype:
-                        if not _same(old, v):
+                        if _written(old, v, versions.get(k, -1)):
                             with torch.no_grad():
                                 old.copy_(v)
                     else:

@@ -263,3 +263,70 @@ def test_find_nonfinite_puts_back_batchnorm_statistics_it_writes_undeclared() ->
     stats = _stats(model)
     assert gv.find_nonfinite(lambda: nn.functional.cross_entropy(model(x), y).backward(), model=model) is None
     assert _same(stats, _stats(model))
+
+
+# -- restoring by version counters: exact, and only what changed is compared or written ----------------------------
+
+
+def _full_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """A deep copy of everything a step can change, to compare the sandbox's in-place restore against."""
+    return {"model": {k: v.clone() for k, v in model.state_dict().items()},
+            "grads": {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()},
+            "opt": {i: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+                    for i, s in enumerate(opt.state.values())},
+            "rng": torch.get_rng_state().clone()}
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def test_restore_by_version_counters_is_exact_against_a_full_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors whose version counter moved are written back at once (no comparison first); the others are
+    compared, so writes no counter sees (``.data``, a numpy view) come back too. The result equals a full
+    copy taken before: parameters, BatchNorm statistics, ``.grad``, Adam's state, the RNG."""
+    import gradviz_nb.probes.sandbox as sandbox_module
+
+    model, opt, x, y = _bn_model()
+    before = _full_state(model, opt)
+    aside = torch.arange(4.0)  # a tensor only a numpy view writes: its counter never moves
+    untouched = model[4].bias
+    version = untouched._version
+    compared: list[tuple[int, ...]] = []
+    real_same = sandbox_module._same
+
+    def counting(a: torch.Tensor, b: torch.Tensor) -> bool:
+        compared.append(tuple(a.shape))
+        return real_same(a, b)
+
+    monkeypatch.setattr(sandbox_module, "_same", counting)
+    with sandbox(model, optimizer=opt, tensors=[aside]):
+        nn.functional.cross_entropy(model(x), y).backward()  # BatchNorm statistics, dropout's RNG, .grad added to
+        opt.step()  # every parameter and Adam's state written by torch ops: version counters move
+        with torch.no_grad():
+            untouched.copy_(before["model"]["4.bias"])  # written by torch, same values
+        model[0].weight.data.mul_(3.0)  # no version counter moves for this write
+        view = model[1].running_mean.numpy()
+        view += 1.0  # nor for this one
+        aside.numpy()[:] = 5.0
+    after = _full_state(model, opt)
+    for part in before:
+        assert _equal(before[part], after[part]), part
+    assert torch.equal(aside, torch.arange(4.0))
+    assert untouched._version > version
+    # Compared: only the tensors whose counters never moved; the rest were written back without a comparison.
+    # BatchNorm's kernel updates its running mean and variance without moving their counters (torch 2.13).
+    assert sorted(compared) == [(4,), (8,), (8,)]
+
+
+def test_a_tensor_nothing_wrote_is_compared_not_written() -> None:
+    model, opt, x, y = _bn_model()
+    head = model[4].weight
+    version, grad_version = head._version, head.grad._version if head.grad is not None else -1
+    with sandbox(model, optimizer=opt):
+        model(x)  # BatchNorm statistics move, the head is only read
+    assert head._version == version and (head.grad is None or head.grad._version == grad_version)

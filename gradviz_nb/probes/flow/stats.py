@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from gradviz_nb.errors import GradvizError
+from gradviz_nb.probes.backward import reductions
 from gradviz_nb.probes.sharded import all_reduce_rows, is_dtensor, local_part
 from gradviz_nb.tracing.compiled import real_name, unwrap_compiled
 
@@ -78,18 +79,22 @@ def named_params(model: nn.Module) -> list[tuple[list[str], nn.Parameter]]:
     return list(seen.values())
 
 
-def dense_values(g: torch.Tensor) -> tuple[torch.Tensor, int]:
+def dense_values(g: torch.Tensor, wide: bool = True) -> tuple[torch.Tensor, int]:
     """The stored values of a gradient as a dense float tensor, and how many implicit zeros it has.
 
     A sparse gradient (``nn.Embedding(sparse=True)``) stores only the rows that were used; duplicates
     are summed first (``coalesce``), so norms and extremes are those of the real gradient. A complex
     gradient is read as its magnitudes ``|g|``: the norm, max-abs, zeros and non-finite count are the
-    complex tensor's own (never its real part's); ``mean`` is then the mean magnitude.
+    complex tensor's own (never its real part's); ``mean`` is then the mean magnitude. ``wide=False``
+    keeps the gradient's own floating dtype (no float32 copy of a float16 or float64 gradient).
     """
     if g.is_sparse:
-        values = magnitudes(g.detach().coalesce()._values()).float()
-        return values, g.numel() - values.numel()
-    return magnitudes(g.detach()).float(), 0
+        values = magnitudes(g.detach().coalesce()._values())
+        return (values.float() if wide else values), g.numel() - values.numel()
+    values = magnitudes(g.detach())
+    if not wide and values.is_floating_point():
+        return values, 0
+    return values.float(), 0
 
 
 def magnitudes(t: torch.Tensor) -> torch.Tensor:
@@ -99,20 +104,35 @@ def magnitudes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _batched_stats(grads: list[torch.Tensor]) -> list[list[float]]:
-    """Per gradient: [norm, max_abs, sum, zeros, nonfinite], in a handful of batched ops, one read-back."""
+    """Per gradient: [norm, max_abs, sum, zeros, nonfinite], one read-back for all of them.
+
+    Each gradient is read four times, allocating nothing of its size: norm, sum and extremes by
+    :func:`~gradviz_nb.probes.backward.reductions` (exact at any magnitude in any dtype: float32 outside
+    2**-60..2**60 in float64, float16 in float32, never a float64 copy of a float32 gradient in range),
+    zeros by ``count_nonzero``. Non-finite elements are counted only where the max or min says there are
+    some (both propagate NaN and Inf)."""
     if not grads:
         return []
-    dense = [dense_values(g) for g in grads]
-    g32 = [v for v, _ in dense]
-    implicit = torch.tensor([float(z) for _, z in dense])
-    rows = torch.stack([
-        torch.stack(torch._foreach_norm(g32, 2)),
-        torch.stack([v.abs().max() if v.numel() else v.new_zeros(()) for v in g32]),
-        torch.stack([g.sum() for g in g32]),
-        torch.stack([(g == 0).sum().float() for g in g32]) + implicit,
-        torch.stack([(~torch.isfinite(g)).sum().float() for g in g32]),
-    ])
-    return [list(col) for col in zip(*rows.cpu().tolist(), strict=True)]
+    rows: list[torch.Tensor] = []
+    values: list[tuple[torch.Tensor, int]] = []
+    for g in grads:
+        v, implicit = dense_values(g, wide=False)
+        values.append((v, implicit))
+        if v.numel() == 0:
+            rows.append(torch.zeros(5, dtype=torch.float64))
+            continue
+        t_norm, t_total, t_top, t_low = reductions(v)
+        t_zeros = v.numel() - torch.count_nonzero(v)
+        row = (t_norm, t_top, t_low, t_total, t_zeros)
+        rows.append(torch.stack([x.to(torch.float64, copy=False).cpu() for x in row]))
+    table: list[list[float]] = torch.stack(rows).tolist()
+    out = []
+    for (v, implicit), (norm, top, low, total, zeros) in zip(values, table, strict=True):
+        bad = 0.0
+        if not (math.isfinite(top) and math.isfinite(low)):  # the rare path: count them
+            bad = float((~torch.isfinite(v)).sum())
+        out.append([norm, max(top, -low) if v.numel() else 0.0, total, zeros + implicit, bad])
+    return out
 
 
 def _weight_norms(params: list[torch.Tensor]) -> list[float]:
