@@ -52,7 +52,10 @@ a process-wide dict is made thread-bound with :func:`~gradviz_nb.probes.owned.in
 records only the module calls of the thread that started it (sequence numbers are per thread).
 
 Comparisons come before copies: a tensor whose values did not change is not written, so its version
-counter does not move and a graph the user still holds stays usable.
+counter does not move and a graph the user still holds stays usable. A tensor whose version counter moved
+(an in-place torch op wrote it) is written back without a comparison, which would cost as much as the copy;
+the others are compared, since writes through ``.data``, a numpy view or a raw storage move no counter
+(nor does BatchNorm's kernel when it updates its running statistics).
 
 What cannot be restored: what the code printed or logged, files it wrote, data it sent (network,
 collectives, a logger), data loader iterators it advanced, Python objects other than the ones above
