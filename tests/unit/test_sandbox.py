@@ -324,7 +324,7 @@ def test_restore_by_version_counters_is_exact_against_a_full_copy(monkeypatch: p
 
 
 def test_a_tensor_nothing_wrote_is_compared_not_written() -> None:
-    model, opt, x, y = _bn_model()
+    model, opt, x, _ = _bn_model()
     head = model[4].weight
     version, grad_version = head._version, head.grad._version if head.grad is not None else -1
     with sandbox(model, optimizer=opt):
