@@ -501,8 +501,12 @@ class StepWatch:
         """A copy of ``p``'s values now: the step's starting copy when ``p`` was not written since (its version
         counter did not move and nothing reached any tensor's memory past its counter), else a new one."""
         start = self._start.get(id(p))
-        if start is not None and start[0] is p and self.escapes == 0 and p._version == start[2] \
-                and start[1].shape == p.shape and start[1].dtype == p.dtype:
+        # Metadata read past the step's modes: through them, each read of a parameter's shape or version is an
+        # op the capture would measure as a possible cut (once per shape, with probe tensors of its size).
+        with torch._C.DisableTorchFunction():
+            same = start is not None and start[0] is p and self.escapes == 0 and p._version == start[2] \
+                and start[1].shape == p.shape and start[1].dtype == p.dtype
+        if start is not None and same:
             return start[1]
         return p.detach().clone()
 
