@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.optim.optimizer as optimizer_globals
@@ -28,6 +28,9 @@ from gradviz_nb.probes.flow import GradientFlow, gradient_flow
 from gradviz_nb.probes.owned import for_this_thread, in_this_thread
 from gradviz_nb.probes.sharded import reshard_fsdp
 from gradviz_nb.tracing import AutogradGraph, Capture, capture, trace
+
+if TYPE_CHECKING:
+    from gradviz_nb.doctor.why import Why
 
 __all__ = ["Sightings", "StepRecord", "mode_matters", "observe_step", "observing"]
 
@@ -54,6 +57,7 @@ class StepRecord:
     error: BaseException | None = None
     grads_after: dict[str, tuple[weakref.ref[torch.Tensor], int]] = field(default_factory=dict)
     events: StepEvents = field(default_factory=StepEvents)
+    measured: dict[str, Why] = field(default_factory=dict)  # zero/tiny gradients explained by the zero replay
 
 
 @dataclass

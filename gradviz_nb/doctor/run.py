@@ -17,6 +17,7 @@ from gradviz_nb.doctor.observe import Sightings, StepRecord, observe_step
 from gradviz_nb.doctor.registration import unregistered
 from gradviz_nb.doctor.state import TrainingState
 from gradviz_nb.doctor.steps import used_grads
+from gradviz_nb.doctor.zero_replay import replay_zeros
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import rank
 from gradviz_nb.probes.sandbox import Snapshot
@@ -63,6 +64,8 @@ def doctor(step: Callable[[], Any], model: nn.Module, optimizer: torch.optim.Opt
             records.append(observe_step(step, model, optimizer, i, records[-1] if records else None, seen, values))
             if records[-1].error is not None:
                 break
+        if restore:  # a zero or tiny gradient: where the backward lost it, measured in a replay of that step
+            replay_zeros(step, model, records, lambda: _rewind(extras, saved))
         bad = next((r for r in records if _nonfinite(r)), None)
         if bad is not None and restore:
             origin = nan_origin(step, model, saved, bad)
@@ -143,6 +146,13 @@ def _restore(extras: list[Snapshot], saved: TrainingState) -> None:
         saved.restore()
         for snap in extras:
             snap.release()
+
+
+def _rewind(extras: list[Snapshot], saved: TrainingState) -> None:
+    """Back to the state before the first step, the snapshots kept for the final restore."""
+    for snap in reversed(extras):
+        snap.restore()
+    saved.restore()
 
 
 def _nonfinite(rec: StepRecord) -> bool:

@@ -38,7 +38,7 @@ from gradviz_nb.validate import not_meta
 if TYPE_CHECKING:
     from gradviz_nb.doctor.why_prove import Proof
 
-__all__ = ["Why", "remember", "why"]
+__all__ = ["Lines", "Why", "remember", "why"]
 
 STATUSES = ("ok", "none", "zero", "tiny", "scaled")
 
@@ -312,15 +312,19 @@ def _lost_in(loss: torch.Tensor, graph: AutogradGraph, name: str, model: nn.Modu
     return where_lost(rec, rec.graph, rec.graph.leaves().get(name, leaf), zero=status == "zero")
 
 
-class _Lines(TorchFunctionMode):
-    """The user's source line of every autograd node the forward makes, by sequence number (why's own re-run
-    only: the capture's hot path records none)."""
+class Lines(TorchFunctionMode):
+    """The user's source line of every autograd node the forward makes, by sequence number (the re-runs of why
+    and of the doctor's zero replay only: the capture's hot path records none). ``on = False`` stops reading
+    lines (while a recorded backward runs inside the mode)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lines: dict[int, str] = {}
+        self.on = True
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if not self.on:
+            return func(*args, **(kwargs or {}))
         before = next_sequence_nr()
         out = func(*args, **(kwargs or {}))
         after = next_sequence_nr()
@@ -341,7 +345,7 @@ def _observed(model: nn.Module, name: str, fn: Callable[[], Any]) -> Why:
     with sandbox(model):
         for q in model.parameters():
             q.grad = None
-        with capture(model) as cap, _Lines() as seen, no_backward_inside("gv.why"):
+        with capture(model) as cap, Lines() as seen, no_backward_inside("gv.why"):
             loss = fn()
         if not isinstance(loss, torch.Tensor):
             raise GradvizError(f"fn must return the loss tensor, got {type(loss).__name__}.")

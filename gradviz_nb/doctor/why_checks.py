@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gradviz_nb.doctor.checks import Observed
     from gradviz_nb.doctor.observe import StepRecord
 
-__all__ = ["cause_findings", "check_causes", "explained", "no_grad_finding"]
+__all__ = ["candidates", "cause_findings", "check_causes", "explained", "no_grad_finding"]
 
 UNUSED = ("requires grad but got no gradient from this step's loss (DistributedDataParallel would fail with "
           "find_unused_parameters=False)")
@@ -40,6 +40,16 @@ def step_why(rec: StepRecord, name: str, status: tuple[str, str]) -> Why:
     return w
 
 
+def _measured(rec: StepRecord, name: str, status: tuple[str, str]) -> Why | None:
+    """The Why the doctor's zero replay measured for ``name`` (:mod:`gradviz_nb.doctor.zero_replay`), when the
+    replay saw the same status as the step."""
+    w = rec.measured.get(name)
+    if w is None or w.status != status[0]:
+        return None
+    remember(rec.graph, w)
+    return w
+
+
 def no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
     """A parameter gradient_flow saw with ``.grad`` None after the step's backward."""
     w = step_why(rec, f.target, ("none", ".grad is None after the step's backward"))
@@ -49,7 +59,7 @@ def no_grad_finding(rec: StepRecord, f: Flag) -> Finding:
     return Finding(w.kind, f.target, w.cause, w.evidence, w.fix, rec.index, w.node)
 
 
-def _candidates(rec: StepRecord) -> dict[str, tuple[str, str]]:
+def candidates(rec: StepRecord) -> dict[str, tuple[str, str]]:
     """Parameters with a zero or tiny gradient, or cut by a recorded detach that was used again."""
     assert rec.flow is not None
     flagged = {n for f in rec.flow.flags if f.kind in ("no-grad", "nan") for n in f.params}
@@ -107,7 +117,7 @@ _STEP_WHYS: dict[int, list[Why]] = {}
 def _cause_findings(rec: StepRecord) -> list[Finding]:
     if rec.flow is None or rec.graph is None:
         return []
-    whys = [step_why(rec, name, status) for name, status in _candidates(rec).items()]
+    whys = [_measured(rec, name, status) or step_why(rec, name, status) for name, status in candidates(rec).items()]
     groups: dict[tuple[str, str], list[Why]] = {}
     for w in whys:
         if w.kind is not None and w.kind != "vanishing":

@@ -18,7 +18,6 @@ Walking from the parameter towards the loss, the first thing that explains the m
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,36 +28,17 @@ import torch
 from torch import nn
 
 from gradviz_nb.kinds import Kind, fix_for
+from gradviz_nb.probes.causes.cause import Cause, _custom, _hook_cause, _made_at, _on_bound, _place, _saturated
+from gradviz_nb.probes.causes.lost import lost_cause
 from gradviz_nb.probes.causes.zeros import Lost, expected_zero
 from gradviz_nb.tracing import AutogradGraph
-from gradviz_nb.tracing.capture import recent_line
-from gradviz_nb.tracing.evidence import Evidence, hook_name
-from gradviz_nb.tracing.places import source_file, split_line
+from gradviz_nb.tracing.evidence import Evidence
 
-__all__ = ["CUT_KINDS", "Cause", "events_from_ghosts", "explain", "first_cut", "grad_status"]
+__all__ = ["CUT_KINDS", "TINY", "cut_cause", "events_from_ghosts", "explain", "first_cut", "grad_status"]
 
 TINY = 1e-6  # |grad| / |weight| below this is "tiny": an update of a millionth of the weight at lr 1
 CUT_KINDS = ("detached", "data-access", "left-graph", "zero-derivative", "no-grad", "reentrant-checkpoint")
 ZERO_OPS = {"RoundBackward0", "SignBackward0", "SgnBackward0", "FloorBackward0", "CeilBackward0", "TruncBackward0"}
-# Python-level nodes torch itself makes (not a user's autograd.Function)
-TORCH_PY_NODES = {"CheckpointFunctionBackward", "BackwardHookFunctionBackward", "CompiledFunctionBackward",
-                  "RegisterPostBackwardFunctionBackward", "_DDPSinkBackward", "RedistributeBackward"}
-_NATIVE = re.compile(r"Backward\d+$")
-
-
-@dataclass(frozen=True)
-class Cause:
-    """``kind`` None: nothing is wrong (or the zero is expected); ``event``: the recorded forward evidence
-    behind it (for prove())."""
-
-    status: str
-    kind: Kind | None
-    cause: str
-    evidence: str
-    fix: str
-    node: str = ""
-    event: Evidence | None = None
-    hook: Any = None  # hook-zeroed: the live hook object found on the parameter or module
 
 
 def grad_status(p: torch.Tensor | None) -> tuple[str, str]:
@@ -77,11 +57,6 @@ def grad_status(p: torch.Tensor | None) -> tuple[str, str]:
     if ratio < TINY:
         return "tiny", f"|grad| = {norm:.3g} against |weight| = {w:.3g} (ratio {ratio:.2g})"
     return "ok", f"|grad| = {norm:.3g} (|grad|/|weight| = {ratio:.3g})"
-
-
-def _place(e: Evidence) -> str:
-    where = f" in module {e.where!r}" if e.where else " at the model's top level"
-    return f"{e.line or 'an unknown line'}{where}"
 
 
 def events_from_ghosts(graph: AutogradGraph | None) -> list[Evidence]:
@@ -157,12 +132,6 @@ def _reach(g: nx.DiGraph, leaf: str, roots: list[str], removed: set[str]) -> boo
 
 def _distances(g: nx.DiGraph, leaf: str) -> dict[str, int]:
     return dict(nx.single_source_shortest_path_length(g, leaf))
-
-
-def _custom(attrs: dict[str, Any]) -> bool:
-    op = str(attrs.get("op", ""))
-    return (attrs.get("kind") == "op" and op.endswith("Backward") and not _NATIVE.search(op)
-            and op not in TORCH_PY_NODES and not attrs.get("compiled") and not attrs.get("distributed"))
 
 
 @dataclass(frozen=True)
@@ -280,21 +249,6 @@ def _live_hooks(p: torch.Tensor | None) -> tuple[str, Any] | None:
     return None
 
 
-def _hook_cause(status: str, name: str, e: Evidence, node: str) -> Cause:
-    nums = e.numbers
-    return Cause(status, "hook-zeroed", f"the hook {e.hook} registered at {_place(e)} returned a zero gradient",
-                 f"measured in backward: the hook received a gradient of norm {nums['grad_in']:.3g} and returned "
-                 f"norm {nums['grad_out']:.3g}; {name} is upstream of it", fix_for("hook-zeroed"), node, e)
-
-
-def _made_at(seq: object, lines: dict[int, str] | None = None) -> str:
-    """The user's line that made the node numbered ``seq``: from ``lines`` (a re-run's, or the doctor's record of
-    each custom Function's call), else from the capture that recorded it ("" when none did)."""
-    if not isinstance(seq, int) or seq < 0:
-        return ""
-    return (lines or {}).get(seq, "") or recent_line(seq)
-
-
 def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, count: int,
                    lines: dict[int, str] | None = None) -> Cause:
     attrs = graph.nx.nodes[b.node]
@@ -328,152 +282,12 @@ def _blocker_cause(status: str, name: str, graph: AutogradGraph, b: _Blocker, co
                  f"derivative is 0 everywhere{more}", fix_for("zero-derivative"), b.node, e)
 
 
-def _on_bound(e: Evidence) -> str:
-    """The evidence's note on inputs exactly on a clipping op's bound, whose derivative is 0 there (relu,
-    relu6, hardtanh in every torch; clamp from torch 2.14 on), or ``""``."""
-    share = e.numbers.get("on_bound", 0.0)
-    if not share:
-        return ""
-    rule = "from torch 2.14 on, clamp's derivative is 0 there" if e.op.startswith(("clamp", "clip")) \
-        else f"{e.op}'s derivative is 0 there"
-    return f" ({share:.1%} of its inputs were exactly on its bound: {rule})"
-
-
-def _saturated(status: str, name: str, e: Evidence, node: str, graph: AutogradGraph) -> Cause:
-    nums = e.numbers
-    return Cause(status, "saturated", f"{e.op} at {_place(e)} is saturated: {nums['fraction']:.1%} of its outputs "
-                 "pass no gradient", f"measured in forward: {nums['fraction']:.1%} of {e.op}'s {e.shape} outputs sat "
-                 f"in its flat region{_on_bound(e)}, mean local derivative {nums['derivative']:.3g}; {name} is "
-                 "upstream of it", fix_for("saturated"), node, e)
-
-
 def _most_saturated(dist: dict[str, int], events: Sequence[Evidence],
                     graph: AutogradGraph) -> list[tuple[Evidence, str]]:
     seqs = {graph.nx.nodes[n].get("seq"): n for n in dist}
     sats = [(e, seqs[e.seq]) for e in events if e.kind == "saturated" and e.seq in seqs
             and e.numbers.get("fraction", 0.0) >= 0.9]
     return sats
-
-
-# -- measured in the recorded backward (probes/causes/zeros.py) ---------------------------------------------
-
-# Wording only: what a node whose backward sent zero usually is, by its op. The zero itself was measured.
-_WORDS = {"MulBackward0": "a multiplication", "NativeDropoutBackward0": "a dropout", "ToCopyBackward0": "a cast",
-          "MaskedFillBackward0": "a masked_fill", "WhereBackward0": "a torch.where", "DivBackward0": "a division"}
-_HOOKS = ("_backward_pre_hooks", "_backward_hooks")
-_FORWARD_HOOKS = ("_forward_pre_hooks", "_forward_hooks")
-
-
-def _module_hooks(model: nn.Module | None, module: str) -> tuple[str, Any] | None:
-    """``(path, hook)``: a backward (pre-)hook of the module at ``module``, else of a module inside it (the live
-    object, for prove()); a backward pre-hook's node is attributed to the caller of its module."""
-    if model is None:
-        return None
-    found = [(path, h) for path, m in model.named_modules() for attr in _HOOKS
-             for h in (getattr(m, attr, None) or {}).values()]
-    exact = [(path, h) for path, h in found if path == module]
-    inside = [(path, h) for path, h in found if not module or path.startswith(module + ".")]
-    chosen = exact or inside
-    return chosen[0] if chosen else None
-
-
-def _forward_hook_at(model: nn.Module | None, line: str) -> tuple[str, Any] | None:
-    """The module forward (pre-)hook whose code holds ``line`` (as ``places.source_line`` wrote it):
-    ``(module path, hook)``."""
-    place = split_line(line) if model is not None else None
-    if model is None or place is None:
-        return None
-    filename, number = place
-    for path, m in model.named_modules():
-        for attr in _FORWARD_HOOKS:
-            for hook in (getattr(m, attr, None) or {}).values():
-                code = getattr(getattr(hook, "__wrapped__", hook), "__code__", None)
-                if code is None or source_file(code.co_filename) != filename:
-                    continue
-                last = max((n for _, _, n in code.co_lines() if n is not None), default=code.co_firstlineno)
-                if code.co_firstlineno <= number <= last:
-                    return path, hook
-    return None
-
-
-def _op_in(graph: AutogradGraph, node: str) -> str:
-    """A node in the user's words (its op and module, never its id): ``MulBackward0 in module 'fc'``."""
-    attrs = graph.nx.nodes[node] if node in graph.nx else {}
-    if attrs.get("kind") == "leaf":
-        names = attrs.get("names") or []
-        return f"leaf {names[0]}" if names else "a leaf"
-    op = attrs.get("op") or "an op"
-    module = attrs.get("module")
-    return f"{op} in module {module!r}" if module else str(op)
-
-
-def lost_cause(status: str, name: str, graph: AutogradGraph, lost: Lost, events: Sequence[Evidence],
-               model: nn.Module | None, lines: dict[int, str] | None = None) -> Cause:
-    """The cause of a zero or shrunk gradient where the recorded backward lost it."""
-    attrs = graph.nx.nodes[lost.node]
-    seq = attrs.get("seq", -1)
-    evs = [e for e in events if e.seq is not None and e.seq == seq]
-    line = next((e.line for e in evs if e.line), "") or _made_at(seq, lines)
-    at = f" at {line}" if line else ""
-    where = f" in module {lost.module!r}" if lost.module else ""
-    measured = (f"measured in the backward: {lost.op}{where} received a gradient of norm "
-                f"{lost.received:.3g} and sent {lost.sent:.3g} towards {name} (factor {lost.factor:.3g})")
-    hook_event = next((e for e in evs if e.kind == "hook"), None)
-    if lost.between:
-        if hook_event is not None:
-            return _hook_cause(status, name, hook_event, lost.node)
-        found = _module_hooks(model, lost.module) if lost.op == "BackwardHookFunctionBackward" else None
-        what = (f"the backward hook {hook_name(found[1])} of module {found[0]!r}" if found is not None else
-                f"a hook on the gradient between {_op_in(graph, lost.between)} and {lost.op}{where}")
-        return Cause(status, "hook-zeroed", f"{what} turned a non-zero gradient into zero",
-                     f"measured in the backward: {_op_in(graph, lost.between)} sent a gradient of norm "
-                     f"{lost.received:.3g}, and "
-                     f"{lost.op}{where} received zero", fix_for("hook-zeroed"), lost.node,
-                     hook=found[1] if found is not None else None)
-    if lost.op == "BackwardHookFunctionBackward" or hook_event is not None:
-        found = _module_hooks(model, lost.module)
-        what = f"the backward hook {hook_name(found[1])} of module {found[0]!r}" if found is not None else \
-            f"a backward hook of module {lost.module!r}"
-        return Cause(status, "hook-zeroed", f"{what} passes {'no' if lost.factor == 0 else 'a shrunk'} gradient back",
-                     measured, fix_for("hook-zeroed"), lost.node, hook_event, found[1] if found is not None else None)
-    if _custom(dict(attrs)):
-        return Cause(status, "custom-backward", f"the custom autograd.Function {lost.op}{at}{where} passes "
-                     f"{'no' if lost.factor == 0 else 'a shrunk'} gradient back to it", measured + "; "
-                     "gv.gradcheck(fn, inputs) compares it with finite differences", fix_for("custom-backward"),
-                     lost.node)
-    in_hook = _forward_hook_at(model, line)
-    if in_hook is not None:
-        path, hook = in_hook
-        return Cause(status, "hook-zeroed", f"the forward hook {hook_name(hook)} of module {path!r} made {lost.op} at "
-                     f"{line}, which passes {'no' if lost.factor == 0 else 'a shrunk'} gradient back", measured,
-                     fix_for("hook-zeroed"), lost.node, hook=hook)
-    sat = next((e for e in evs if e.kind == "saturated" and e.numbers.get("fraction", 0.0) >= 1.0), None)
-    if sat is not None:
-        return _saturated(status, name, sat, lost.node, graph)
-    what = _WORDS.get(lost.op, lost.op.removesuffix("Backward0").lower() or "an op")
-    underflow = _underflow(graph, lost)
-    if underflow:
-        return Cause(status, "zero-derivative", f"{what}{at}{where} sends the gradient in {underflow}, where every "
-                     "value of it underflows to 0", measured, "keep the gradient in float32 there (autocast instead "
-                     "of a manual cast), or scale the loss (torch.amp.GradScaler)", lost.node)
-    if lost.factor == 0:
-        return Cause(status, "zero-derivative", f"{what}{at}{where} passes no gradient back: its local derivative "
-                     "was zero for every element (multiplied by zero, everything dropped, or masked)", measured,
-                     fix_for("zero-derivative"), lost.node)
-    return Cause(status, "vanishing", f"{what}{at}{where} keeps {lost.factor:.3g} of the gradient's norm, the least "
-                 "of any node on its paths", measured, fix_for("vanishing"), lost.node)
-
-
-def _underflow(graph: AutogradGraph, lost: Lost) -> str:
-    """The low-precision dtype the node sent its gradient in, when that is why it became zero (measured: a
-    non-zero gradient arrived, the producers' dtype is a float type narrower than float32)."""
-    g = graph.nx
-    if lost.factor != 0:
-        return ""
-    dtypes = {str(g.nodes[u].get("dtype", "")) for u in g.predecessors(lost.node)}
-    low = sorted(d for d in dtypes if d.removeprefix("torch.") in ("float16", "bfloat16") or "float8" in d)
-    mine = str(g.nodes[lost.node].get("dtype", ""))
-    return low[0].removeprefix("torch.") if low and mine not in low else ""
 
 
 # -- the whole walk ------------------------------------------------------------------------------------------
@@ -509,6 +323,20 @@ def _expected(status: str, graph: AutogradGraph | None, leaf: str | None) -> Cau
                  "parameter moves, after the first optimizer step", leaf)
 
 
+def _measured_expected(status: str, name: str, lost: Lost | None, leaf: str | None) -> Cause | None:
+    """An exact zero the recorded backward lost at a node whose all-zero factor is a trainable parameter (read
+    from what the node saved: a zero-initialised up-projection, whatever it is called): expected."""
+    if status != "zero" or lost is None or lost.factor != 0 or lost.between or lost.zero is None \
+            or not lost.zero.param or lost.zero.param == name:
+        return None
+    where = f" in module {lost.module!r}" if lost.module else ""
+    return Cause(status, None, f"expected: {lost.op}{where} multiplies its gradient by {lost.zero.param}, which is "
+                 "exactly zero (measured: every value it saved for the backward is 0), so this gradient is exactly "
+                 f"zero until that parameter moves", f"measured in the backward: {lost.op}{where} received a "
+                 f"gradient of norm {lost.received:.3g} and sent 0 towards {name}", "nothing to fix: it learns once "
+                 "that parameter moves, after the first optimizer step", leaf or "")
+
+
 def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | None, events: Sequence[Evidence],
             model: nn.Module | None, param: torch.Tensor | None, adapters: dict[str, str] | None = None,
             unused: str = "", lost: Lost | None = None, lines: dict[int, str] | None = None) -> Cause:
@@ -516,7 +344,7 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
     leaf = graph.leaves().get(name) if graph is not None else None
     if param is not None and not param.requires_grad:
         return _frozen(status, name, model)
-    expected = _expected(status, graph, leaf)
+    expected = _expected(status, graph, leaf) or _measured_expected(status, name, lost, leaf)
     if expected is not None:
         return expected
     switched = next((why for path, why in (adapters or {}).items() if name.startswith(path + ".")), "")
@@ -548,8 +376,9 @@ def explain(name: str, status: str, measured: str, *, graph: AutogradGraph | Non
     # Measured in the backward, unless the parameter's own hook did it or a layer's input measured all zero in
     # forward (a dead ReLU) is the other factor: both named below.
     own_hook = leaf_hook is not None or (lost is not None and lost.between and lost.node == leaf)
-    if lost is not None and not own_hook and (
-            status != "zero" or _dead_input(graph, _distances(graph.nx, leaf), events) is None):
+    measured_origin = lost is not None and bool(lost.maker or (lost.zero is not None and lost.zero.node))
+    if lost is not None and not own_hook and (status != "zero" or measured_origin
+                                              or _dead_input(graph, _distances(graph.nx, leaf), events) is None):
         return lost_cause(status, name, graph, lost, events, model, lines)
     found = _in_graph(status, name, graph, leaf, events, param, model, lines)
     if found is not None:

@@ -24,10 +24,11 @@ import networkx as nx
 import torch
 
 from gradviz_nb.probes.backward import BackwardRecording, GradStats
+from gradviz_nb.probes.causes.factors import ZeroFactor
 from gradviz_nb.tracing import AutogradGraph
 from gradviz_nb.tracing.walk import storage_key
 
-__all__ = ["Lost", "expected_zero", "where_lost"]
+__all__ = ["Lost", "expected_zero", "where_lost", "zero_maker", "zero_param_upstream"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class Lost:
     sent: float
     factor: float
     between: str = ""
+    zero: ZeroFactor | None = None  # what the node multiplied by that was all zero (read from its saved tensors)
+    maker: str = ""  # the node nearest upstream of ``zero.node`` whose backward sent zero for non-zero
+    reduced: bool = False  # the node sent fewer elements towards the parameter than it received (a sum)
 
 
 def _norm(stats: list[GradStats | None]) -> float:
@@ -62,12 +66,34 @@ def _on_paths(graph: AutogradGraph, leaf: str) -> set[str]:
     return down & up
 
 
+def _zone(graph: AutogradGraph, leaf: str, towards: set[str], received_zero: set[str]) -> set[str]:
+    """The leaf and the nodes downstream of it (towards the loss) reached only through nodes that received a zero
+    gradient: where a zero that reaches the leaf can have been made."""
+    zone, stack = {leaf}, [leaf]
+    while stack:
+        for nxt in graph.nx.successors(stack.pop()):
+            if nxt in towards and nxt not in zone:
+                zone.add(nxt)
+                if nxt in received_zero:
+                    stack.append(nxt)
+    return zone
+
+
+def _numel(stats: list[GradStats | None]) -> int:
+    return sum(math.prod(g.shape) for g in stats if g is not None)
+
+
 def where_lost(rec: BackwardRecording, graph: AutogradGraph, leaf: str, *, zero: bool) -> Lost | None:
     """The node (or edge) where ``leaf``'s gradient was lost in the last recorded pass: ``zero``: the first that
-    received non-zero and sent zero towards it; else the one that kept the smallest share of the norm."""
+    received non-zero and sent zero towards it, along nodes that all received zero down to the leaf (a node
+    whose zero another path makes up for is not where the leaf's zero came from); else the one that kept the
+    smallest share of the norm."""
     path = _on_paths(graph, leaf)
     towards = path | {leaf}
     steps = [s for s in rec.pass_steps(-1) if s.node in towards]
+    ran = {s.node for s in steps}
+    received_zero = {s.node for s in steps if not _nonzero(s.grad_outputs)} | (towards - ran)
+    zone = _zone(graph, leaf, towards, received_zero) & (received_zero | {leaf}) if zero else towards
     sent_to: dict[str, list[tuple[str, GradStats | None]]] = {}  # node -> (producer, what it was sent)
     shrinks: list[Lost] = []
     attrs = graph.nx.nodes
@@ -75,7 +101,7 @@ def where_lost(rec: BackwardRecording, graph: AutogradGraph, leaf: str, *, zero:
         received = s.grad_outputs
         arrived = sent_to.get(s.node, [])
         op, module = str(attrs[s.node].get("op", "")), str(attrs[s.node].get("module", ""))
-        if arrived and _nonzero([g for _, g in arrived]) and not _nonzero(received):
+        if arrived and _nonzero([g for _, g in arrived]) and not _nonzero(received) and s.node in zone:
             # sent non-zero, received zero: a hook between the producer and this node changed it
             producer = next(p for p, g in arrived if g is not None and g.max_abs > 0)
             return Lost(s.node, op, module, _norm([g for _, g in arrived]), 0.0, 0.0, between=producer)
@@ -87,8 +113,9 @@ def where_lost(rec: BackwardRecording, graph: AutogradGraph, leaf: str, *, zero:
                 sent_to.setdefault(d.target, []).append((s.node, s.grad_inputs[d.input_nr]))
         if not _nonzero(received):
             continue
-        if not _nonzero(out):
-            return Lost(s.node, op, module, _norm(received), 0.0, 0.0)
+        into_zone = [s.grad_inputs[d.input_nr] for d in s.deliveries if d.target in zone]
+        if not _nonzero(out) and into_zone:
+            return Lost(s.node, op, module, _norm(received), 0.0, 0.0, reduced=_numel(into_zone) < _numel(received))
         if not zero:
             r, o = _norm(received), _norm(out)
             if r > 0:
@@ -96,6 +123,47 @@ def where_lost(rec: BackwardRecording, graph: AutogradGraph, leaf: str, *, zero:
     if zero or not shrinks:
         return None
     return min(shrinks, key=lambda lost: lost.factor)
+
+
+def zero_maker(rec: BackwardRecording, graph: AutogradGraph, start: str, limit: int = 64) -> str:
+    """The node nearest upstream of ``start`` (itself included) whose backward, in the last recorded pass,
+    received a non-zero gradient and sent only zeros: where an all-zero value ``start`` produced was made (a
+    multiplication by zero, a dropout that dropped everything); ``""`` when none is found within ``limit``
+    nodes."""
+    steps = {s.node: s for s in rec.pass_steps(-1)}
+    seen, queue = {start}, [start]
+    while queue and len(seen) <= limit:
+        n = queue.pop(0)
+        s = steps.get(n)
+        if s is not None and _nonzero(s.grad_outputs) and any(g is not None for g in s.grad_inputs) \
+                and not _nonzero(s.grad_inputs):
+            return n
+        for u in graph.nx.predecessors(n):
+            if u not in seen and graph.nx.nodes[u].get("kind") == "op":
+                seen.add(u)
+                queue.append(u)
+    return ""
+
+
+def zero_param_upstream(graph: AutogradGraph, start: str, limit: int = 64) -> str:
+    """The name of a trainable parameter that is exactly zero (measured on its values) feeding ``start`` or a
+    node upstream of it within ``limit`` nodes: why a value ``start`` made is all zero when no node there sent
+    zero for non-zero (``up * scale`` with ``up`` zero-initialised); ``""`` if none."""
+    g = graph.nx
+    seen, queue = {start}, [start]
+    while queue and len(seen) <= limit:
+        for u in g.predecessors(queue.pop(0)):
+            if u in seen:
+                continue
+            seen.add(u)
+            if g.nodes[u].get("kind") == "op":
+                queue.append(u)
+                continue
+            ref = graph.tensors.get(u)
+            t = ref() if ref is not None else None
+            if t is not None and t.requires_grad and _readable(t) and not bool(t.detach().any()):
+                return str(g.nodes[u].get("name") or u)
+    return ""
 
 
 def _storage(graph: AutogradGraph, t: torch.Tensor) -> int | None:
