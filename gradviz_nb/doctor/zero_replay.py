@@ -31,6 +31,7 @@ from gradviz_nb.probes.backward import BackwardRecording, record_backward
 from gradviz_nb.probes.causes import (
     Lost,
     ZeroFactor,
+    expected_zero,
     grad_status,
     where_lost,
     zero_factors,
@@ -63,14 +64,20 @@ def replay_zeros(step: Callable[[], Any], model: nn.Module, records: list[StepRe
     """Explain the zero and tiny gradients of the first step that ran a backward by a recorded replay of that
     step's first backward; the answers go to that record's ``measured``. ``rewind()`` puts the state back as it
     was before the first step (the caller restores it again afterwards). Only the first observed step is
-    replayed (a later one would need the steps before it run again)."""
+    replayed (a later one would need the steps before it run again), and not for zeros the step's own graph
+    already measured expected (every path multiplies by a parameter that is all zero)."""
     rec = next((r for r in records if r.flow is not None), None)
     if rec is None or rec.graph is None or rec.index != 1:
         return
     wanted = {n: s for n, s in candidates(rec).items() if s[0] in ("zero", "tiny")}
     if not wanted:
         return
-    rewind()
+    rewind()  # the values as the step found them: what expected_zero measures
+    leaves = rec.graph.leaves()
+    wanted = {n: s for n, s in wanted.items() if s[0] == "tiny" or not (
+        n in leaves and expected_zero(rec.graph, [leaves[n]]))}  # LoRA's A at init: no replay
+    if not wanted:
+        return
     lines = Lines()
     done: list[bool] = []
     busy: list[bool] = []

@@ -153,18 +153,30 @@ def test_a_zero_initialised_factor_upstream_is_expected_not_a_finding() -> None:
     assert w.kind is None and "up" in w.cause and "expected" in w.cause, w
 
 
-@pytest.mark.parametrize(("edit", "extra"), [(lambda h: h, 0), (_times_zeros, 1)], ids=["healthy", "zero"])
+def _zero_head(net: Net) -> None:
+    with torch.no_grad():
+        net.b.weight.zero_()
+
+
+@pytest.mark.parametrize(("edit", "prepare", "extra"), [
+    (lambda h: h, lambda n: None, 0), (_times_zeros, lambda n: None, 1), (lambda h: h, _zero_head, 0)],
+    ids=["healthy", "zero", "expected-zero"])
 def test_the_replay_costs_one_forward_and_one_backward_only_when_a_zero_needs_it(
-        edit: Callable[..., object], extra: int) -> None:
+        edit: Callable[..., object], prepare: Callable[[Net], None], extra: int) -> None:
+    """A zero-initialised last layer (LoRA's B at init) leaves every gradient before it exactly zero: the step's
+    own graph measures that expected, so nothing is replayed."""
     torch.manual_seed(1)
     net = Net(edit)  # type: ignore[arg-type]
+    prepare(net)
     forwards: list[int] = []
     backwards: list[int] = []
     net.register_forward_hook(lambda *a: forwards.append(1))
     net.b.register_full_backward_hook(lambda *a: backwards.append(1))
     before = {n: p.detach().clone() for n, p in net.named_parameters()}
-    dx, _ = _run(net)
+    dx, truth = _run(net)
     assert dx.ok == (extra == 0), dx.summary()
     assert len(forwards) == 2 + extra and len(backwards) == 2 + extra, dx.summary()
     assert all(torch.equal(p, before[n]) for n, p in net.named_parameters())  # the replay was undone too
     assert all(p.grad is None for p in net.parameters())
+    if prepare is _zero_head:
+        assert not truth["a.weight"].any()  # PyTorch: zero, and expected
