@@ -12,13 +12,14 @@ import torch
 from torch import nn
 
 import gradviz_nb as gv
+from gradviz_nb.tracing.places import source_line
 
 
 def _line(fn: Callable[..., object], text: str) -> str:
-    """``file:line`` of the line of ``fn``'s source that holds ``text``."""
+    """The line of ``fn``'s source that holds ``text``, as findings write it (``tests/unit/x.py:12``)."""
     lines, first = inspect.getsourcelines(fn)
     hit = next(i for i, line in enumerate(lines) if text in line)
-    return f"{inspect.getsourcefile(fn)}:{first + hit}"
+    return source_line(str(inspect.getsourcefile(fn)), first + hit)
 
 
 class Net(nn.Module):
