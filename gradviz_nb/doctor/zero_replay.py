@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradviz_nb.doctor.checks_grads import GONE
 from gradviz_nb.doctor.observe import StepRecord
 from gradviz_nb.doctor.why import Lines, Why, analyse
 from gradviz_nb.doctor.why_checks import candidates
@@ -50,6 +51,13 @@ class _Stop(BaseException):
     Exception`` around the backward does not swallow it)."""
 
 
+def _loss_weighted_away(rec: StepRecord) -> bool:
+    """The step's own arithmetic measured its first backward's loss multiplied by (almost) zero on its way to
+    ``backward()``: every gradient's zero is that weight's, named by the loss-weight check."""
+    first = rec.events.backwards[0] if rec.events.backwards else None
+    return first is not None and first.scale <= GONE and bool(first.scale_lines)
+
+
 def _root(tensors: Any, grad_tensors: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The one root of a backward call and its gradient (None, None for several roots)."""
     roots = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors or [])
@@ -70,7 +78,7 @@ def replay_zeros(step: Callable[[], Any], model: nn.Module, records: list[StepRe
     if rec is None or rec.graph is None or rec.index != 1:
         return
     wanted = {n: s for n, s in candidates(rec).items() if s[0] in ("zero", "tiny")}
-    if not wanted:
+    if not wanted or _loss_weighted_away(rec):
         return
     rewind()  # the values as the step found them: what expected_zero measures
     leaves = rec.graph.leaves()
