@@ -4,7 +4,9 @@ The doctor's observed steps let the backward run unhooked (recording every node 
 When the first step that ran a backward left a parameter's gradient exactly zero or tiny, the state is put back
 as it was before that step and the step runs again, under capture, up to its first backward, which
 :func:`gv.record_backward <gradviz_nb.probes.backward.record_backward>` records node by node; the step is stopped
-there (one forward and one backward more, no optimizer step; the doctor restores everything afterwards).
+there (one forward and one backward more, no optimizer step; the doctor restores everything afterwards). Not
+replayed: zeros the step's own graph measures expected (a zero-initialised up-projection on every path), and a
+step whose first backward ran on a loss the step measured multiplied by zero (the loss-weight check names it).
 
 For each such parameter the recording names the first node that received a non-zero gradient and sent zero
 towards it, or the node that kept the least of its norm (:func:`~gradviz_nb.probes.causes.where_lost`); hooks of
