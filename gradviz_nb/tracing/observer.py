@@ -139,7 +139,7 @@ class ForwardObserver(TorchFunctionMode):
         if watched is not None and watched != "hook" and not _in_backward():
             self._record(watched, func, args, kwargs, out, before)
         elif not torch.is_grad_enabled() and self._param_names and not _in_backward():
-            self._used_without_grad(args)
+            self._used_without_grad((*args, *kwargs.values()) if kwargs else args)  # F.layer_norm: weight=, bias=
         if not (type(out) is torch.Tensor and out.requires_grad) and dropped_grad(out) and torch.is_grad_enabled() \
                 and not is_detach(func) and not _in_backward():
             self._maybe_cut(func, watched, args, kwargs or {}, out)  # the one rule: see tracing/cuts.py

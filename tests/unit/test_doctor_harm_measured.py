@@ -102,3 +102,31 @@ def test_a_wrong_backward_called_twice_names_the_parameters_under_both_calls() -
 
     [f] = gv.doctor(step, model, opt).of_kind("wrong-gradient")
     assert f.target == "layers", f  # both layers' parameters: the second call's wrong backward reaches layers.1
+
+
+def test_a_layer_norm_run_under_no_grad_is_no_grad_for_its_own_weights() -> None:
+    """F.layer_norm hands its weight and bias to torch by keyword: their use under no_grad is seen all the same
+    (they were named unused-parameter)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 2))
+    inner = model[1].forward
+
+    def without_grad(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            out: torch.Tensor = inner(x)
+        return out
+
+    model[1].forward = without_grad
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step() -> None:
+        opt.zero_grad()
+        ((model(X) - Y) ** 2).mean().backward()
+        opt.step()
+
+    dx = gv.doctor(step, model, opt)
+    assert {(f.kind, f.target) for f in dx.findings} >= {("no-grad", "1.weight"), ("no-grad", "1.bias")}, dx.summary()
+    assert not dx.of_kind("unused-parameter")
+    w = dx.why("1.weight")
+    assert (w.status, w.kind) == ("none", "no-grad"), w.text()
+    assert w.prove(fn=lambda: ((model(X) - Y) ** 2).mean(), model=model).proven
