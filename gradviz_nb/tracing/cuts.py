@@ -19,7 +19,7 @@ No table here decides whether a cut exists; :data:`~gradviz_nb.tracing.evidence.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -123,10 +123,12 @@ def _signature(func: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(parts)
 
 
-def carries_values(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+def carries_values(func: Any, args: Any, kwargs: dict[str, Any],
+                   worth: Callable[[], bool] | None = None) -> bool:
     """Does the op's output depend on the values of its inputs that require grad? Measured (see the module
     docstring); True when it cannot be measured (an in-place op, a tensor subclass, an op that refuses the
-    probe values), so a cut is never missed for want of a measurement."""
+    probe values), so a cut is never missed for want of a measurement. ``worth``: asked before a measurement
+    that no earlier call answered; when it says no, the answer is False and nothing is remembered."""
     name = getattr(func, "__name__", "")
     if (name.endswith("_") and not name.endswith("__")) or "out" in kwargs:
         return True
@@ -139,6 +141,8 @@ def carries_values(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
         sig, known = None, None
     if known is not None:
         return known
+    if worth is not None and not worth():
+        return False
     state = torch.get_rng_state()
     try:
         with torch.no_grad(), warnings.catch_warnings():

@@ -194,7 +194,9 @@ class ForwardObserver(TorchFunctionMode):
         """An op whose output autograd does not follow, with an input that requires grad: a cut when the output
         depends on that input's values (measured, :func:`~gradviz_nb.tracing.cuts.carries_values`)."""
         found = grad_input(args, kwargs)
-        if found is None or not carries_values(func, args, kwargs) or not made_by_user():  # cached test first
+        # Cached answers first; a measurement only for the user's own calls (``worth``): a library's reads of a
+        # parameter (``.shape``, ``_version`` of a 38M-element embedding) are never the user's cut.
+        if found is None or not carries_values(func, args, kwargs, worth=made_by_user) or not made_by_user():
             return
         pos, t = found
         where = f"argument {pos!r}" if isinstance(pos, str) else f"input {pos if isinstance(pos, int) else pos[0]}"
