@@ -16,7 +16,7 @@ from gradviz_nb.doctor.checks_steps import common_module
 from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.grad_edits import GradEdit
 from gradviz_nb.doctor.observe import StepRecord
-from gradviz_nb.doctor.steps import Backward, OptimizerStep
+from gradviz_nb.doctor.step_events import Backward, OptimizerStep
 from gradviz_nb.kinds import fix_for
 
 if TYPE_CHECKING:

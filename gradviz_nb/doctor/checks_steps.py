@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gradviz_nb.doctor.findings import Finding
 from gradviz_nb.doctor.observe import StepRecord
-from gradviz_nb.doctor.steps import Backward, Foreign, OptimizerStep
+from gradviz_nb.doctor.step_events import Backward, Foreign, OptimizerStep
 from gradviz_nb.kinds import fix_for
 
 if TYPE_CHECKING:

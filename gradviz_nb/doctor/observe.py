@@ -23,7 +23,8 @@ import torch
 import torch.optim.optimizer as optimizer_globals
 from torch import nn
 
-from gradviz_nb.doctor.steps import StepEvents, StepWatch
+from gradviz_nb.doctor.step_events import StepEvents
+from gradviz_nb.doctor.steps import StepWatch
 from gradviz_nb.probes.flow import GradientFlow, gradient_flow
 from gradviz_nb.probes.owned import for_this_thread, in_this_thread
 from gradviz_nb.probes.sharded import reshard_fsdp
@@ -188,6 +189,18 @@ def _intact(named: dict[str, nn.Parameter], previous: StepRecord | None, decided
     return out
 
 
+def _count_backward(rec: StepRecord, model: nn.Module, root: Any, extra: dict[str, torch.Tensor]) -> None:
+    """One more backward in this step; at the first, the model's modes, the loss and its traced graph."""
+    rec.backwards += 1
+    if rec.backwards != 1:
+        return
+    rec.training_at_backward = model.training
+    rec.eval_at_backward = [path for path, m in model.named_modules() if not m.training and mode_matters(m)]
+    if isinstance(root, torch.Tensor) and root.grad_fn is not None:
+        rec.loss = float(root.detach().float().sum()) if root.numel() else None
+        rec.graph = trace(root, model=model, capture=rec.cap, names=extra or None)
+
+
 @contextmanager
 def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: int, previous: StepRecord | None,
               seen: Sightings | None = None,
@@ -223,7 +236,7 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
         assert rec.cap is not None
         root = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
         with rec.cap.paused():
-            _before_backward(root)
+            _count_backward(rec, model, root, seen.extra)
             intact = _intact(named, previous, decided)
             done = watch.before_backward(root)
         try:
@@ -238,16 +251,6 @@ def observing(model: nn.Module, optimizer: torch.optim.Optimizer | None, index: 
         with rec.cap.paused():
             rec.grads_after = _grad_marks(dict(model.named_parameters()))
             flow()
-
-    def _before_backward(root: Any) -> None:
-        rec.backwards += 1
-        if rec.backwards != 1:
-            return
-        rec.training_at_backward = model.training
-        rec.eval_at_backward = [path for path, m in model.named_modules() if not m.training and mode_matters(m)]
-        if isinstance(root, torch.Tensor) and root.grad_fn is not None:
-            rec.loss = float(root.detach().float().sum()) if root.numel() else None
-            rec.graph = trace(root, model=model, capture=rec.cap, names=seen.extra or None)
 
     def before_optimizer_step(opt: Any, *_: Any) -> None:
         # The gradients as the optimizer will use them: accumulated, unscaled by a GradScaler, clipped; not

@@ -16,7 +16,7 @@ from gradviz_nb.doctor.nan_origin import nan_origin
 from gradviz_nb.doctor.observe import Sightings, StepRecord, observe_step
 from gradviz_nb.doctor.registration import unregistered
 from gradviz_nb.doctor.state import TrainingState
-from gradviz_nb.doctor.steps import used_grads
+from gradviz_nb.doctor.step_events import used_grads
 from gradviz_nb.doctor.zero_replay import replay_zeros
 from gradviz_nb.errors import GradvizError
 from gradviz_nb.kinds import rank
