@@ -288,7 +288,7 @@ BOXES_JS = """() => Object.fromEntries(['gradviz-legend', 'gradviz-canvas'].map(
 @pytest.mark.parametrize("name", ["recording_scalar.json", "recording_mlp.json"])
 def test_running_label_fits_its_node_and_the_legend_fits_the_canvas(browser: Any, tmp_path: Path, name: str,
                                                                       width: int) -> None:
-    """At every step the highlighted (bold) "data | grad" label fits inside the running node's border, and the
+    """At every step the highlighted "data | grad" label fits inside the running node's border, and the
     legend lies inside the canvas beside the step details (550 px: the cell of a 1000 px JupyterLab window with
     the findings column beside it, where the canvas was 210 px and the legend 260)."""
     data = fixture(name)
@@ -304,7 +304,8 @@ def test_running_label_fits_its_node_and_the_legend_fits_the_canvas(browser: Any
             continue
         checked += 1
         with_values += "grad" in r["label"]
-        assert r["weight"] == "bold" and r["textW"] <= r["w"] + 0.5 and r["textH"] <= r["h"] + 0.5, (step, r)
+        # inside the running node's 5 px border (drawn regular: Cytoscape cut a bold label set in the same paint)
+        assert r["textW"] <= r["w"] - 10 + 0.5 and r["textH"] <= r["h"] + 0.5, (step, r)
     assert checked >= 5 and with_values >= 2, (checked, with_values)
     boxes = p.js(BOXES_JS)
     legend, canvas = boxes["gradviz-legend"], boxes["gradviz-canvas"]

@@ -64,6 +64,17 @@ FREE_JS = """() => {
 }"""
 
 
+# The running node's widest label line (its own font) against the width inside its border.
+RUN_ROOM_JS = """() => {
+  const n = gv.hook.cy.nodes('.st-run').first();
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = `${n.style("font-style")} ${n.style("font-weight")} ${parseFloat(n.style("font-size"))}px`
+    + ` ${n.style("font-family")}`;
+  const text = Math.max(...String(n.data('label')).split('\\n').map((l) => ctx.measureText(l).width));
+  return { id: n.id(), label: n.data('label'), text, inner: n.width() - 2 * parseFloat(n.style('border-width')) };
+}"""
+
+
 def overlaps(a: dict[str, float], b: dict[str, float] | None) -> bool:
     return b is not None and a["x1"] < b["x2"] and b["x1"] < a["x2"] and a["y1"] < b["y2"] and b["y1"] < a["y2"]
 
@@ -97,9 +108,11 @@ def test_every_step_and_run_to_leave_the_running_node_whole_and_clear(
         p.page.click("[data-testid=gradviz-step-forward]")
         p.page.wait_for_function("(i) => gv.model.get('step') === i", arg=i)
         assert_free(p, f"step {i + 1} at {width} px")
-        # the running node's label (bold) inside its box
+        # the running node's label (bold) inside its box and clear of its thick border
         over = [o for o in root.evaluate(LABEL_OVERFLOW_JS, 1.0)["overflow"] if "st-run" in p.classes(o["id"])]
         assert not over, f"step {i + 1} at {width} px: the running label overflows its box: {over}"
+        room = p.js(RUN_ROOM_JS)
+        assert room["text"] <= room["inner"], f"step {i + 1} at {width} px: the running border covers its label: {room}"
     p.page.screenshot(path=str(SCREENSHOTS / f"stepper_teacher_{width}.png"))
     for rule, stop in (("jump", rec.find("jump")), ("above", rec.find("above", threshold=0.01))):
         assert stop.hit

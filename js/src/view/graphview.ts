@@ -170,12 +170,12 @@ export class GraphView {
         continue;
       }
       let size = this.measure(item);
-      // With a recording, any node may become the running node, whose label is drawn bold: room for that.
-      if (this.reserve && item.type === "node") size = maxSize(size, this.measureLabel(labelOf(item), true, false));
+      // With a recording, any node may become the running node: its label drawn bold inside a 5 px border
+      // (at the label's width alone the border covered its first and last letters: "lata 6 | grad 4.77e-").
+      if (this.reserve && item.type === "node") size = maxSize(size, runRoom(this.measureLabel(labelOf(item), true, false)));
       for (const lines of this.reserve?.(item.key) ?? []) {
         if (!lines.length) continue;
-        // Measured bold: any node may become the stepper's running node, whose label is drawn bold.
-        const r = this.measureLabel(labelOf(item) + "\n" + lines.join("\n"), true, item.type === "collapsed");
+        const r = runRoom(this.measureLabel(labelOf(item) + "\n" + lines.join("\n"), true, item.type === "collapsed"));
         size = { width: Math.max(size.width, r.width), height: Math.max(size.height, r.height) };
       }
       sizes.set(item.key, size);
@@ -579,4 +579,11 @@ export class GraphView {
 
 function maxSize(a: Size, b: Size): Size {
   return { width: Math.max(a.width, b.width), height: Math.max(a.height, b.height) };
+}
+
+/** The stepper draws its running node with a 5 px border over the node's edge: room for it on each side. */
+const RUN_BORDER_ROOM = 10;
+
+function runRoom(s: Size): Size {
+  return { width: s.width + RUN_BORDER_ROOM, height: s.height + RUN_BORDER_ROOM / 2 };
 }

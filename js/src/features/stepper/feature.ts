@@ -253,7 +253,8 @@ function stepperStyles(): StylesheetJson {
         "underlay-color": MARK.run,
         "underlay-padding": 7,
         "underlay-opacity": 0.28,
-        "font-weight": "bold",
+        // Not bold: the label's text changes in the same paint as this class, and Cytoscape kept the regular
+        // weight's text box for the bold text, cutting its first and last letters ("lata 6 | grad 4.77e-").
       } as Record<string, unknown>,
     },
     { selector: "node.st-runbox", style: { "border-color": MARK.run, "border-width": 3, "border-opacity": 1, "border-style": "solid", color: MARK.run } },
