@@ -280,6 +280,7 @@ FIRST_VIEW_JS = (
     lossLabel: loss.length ? name(loss.first()) : null,
     minFontPx: sizes.length ? sizes[0][0] : null, smallest: sizes.slice(0, 3),
     nodes: sizes.length, message: msg ? msg.textContent : '',
+    selected: (root.querySelector('[data-testid=gradviz-details-title]') || {}).textContent || '',
     canvas: root.querySelector('.gradviz-canvas').getBoundingClientRect().toJSON(),
   };
 }"""

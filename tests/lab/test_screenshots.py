@@ -496,10 +496,12 @@ def _subject_shown(view: dict[str, Any]) -> bool:
 @pytest.mark.parametrize("notebook", [_nb(n, LOSS_FAILS) for n in NOTEBOOKS])
 def test_loss_in_first_view(runs: dict[str, Run], notebook: str) -> None:
     """Point 2: the loss node's box lies inside the canvas when the widget first draws, unless the view has a
-    subject of its own (lost leaves, changes, findings) that is on the canvas and does not fit with the loss."""
+    subject of its own (lost leaves, changes, findings) that is on the canvas and does not fit with the loss, or
+    Python selected an element before it was photographed (the Dashboard's dash.select brings the canvas to
+    the selected layer, a dead adapter's cut: that is the view's subject then, not the loss)."""
     bad = [f"{s.name}: loss {s.first['lossLabel']!r} at {s.first['loss']} outside canvas {s.first['w']}x{s.first['h']}"
            for s in _graphs(runs[notebook]) if s.first.get("lossLabel") is not None and not cc.loss_inside(s.first)
-           and not (s.subject["subject"] and _subject_shown(s.subject))]
+           and not (s.subject["subject"] and _subject_shown(s.subject)) and not s.first.get("selected")]
     assert not bad, "\n".join(bad)
 
 

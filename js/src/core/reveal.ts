@@ -51,6 +51,7 @@ async function revealParam(ctx: Core, id: string, label: string): Promise<void> 
   const ghost = unreachedParams(ctx.payload).get(id.slice(PARAM_PREFIX.length));
   if (!ghost) return;
   const chain = ghost.call ? (ctx.index.chain.get(ghost.call) ?? []) : [];
+  setSelected(ctx, id); // its details at once (the closed box around it marked), while its boxes open
   if (!ctx.tooBig) {
     const ok = await change(
       ctx,

@@ -47,7 +47,7 @@ export function showSelection(ctx: Core): void {
     const ghost = param ? unreachedParams(ctx.payload).get(id.slice(PARAM_PREFIX.length)) : undefined;
     if (ghost) lead.unshift(["outside", unreachedText(ghost)]);
     details.show(nodeTitle(node), rows, { rows: lead, collapse });
-    view.select(ghost ? ghostKey(ghost.id) : nodeKey(node.id));
+    view.select(ghost ? ghostShown(ctx, ghost.id, ghost.call) : nodeKey(node.id));
   } else if (call) {
     const rows: DetailRow[] = callDetails(call, call.size || ctx.index.size.get(call.id) || 0);
     for (const f of ctx.features) rows.push(...(f.callDetails?.(call) ?? []));
@@ -57,4 +57,13 @@ export function showSelection(ctx: Core): void {
     details.hide();
     view.select(null);
   }
+}
+
+/** The drawn element standing for a ghost: itself, or the innermost drawn box around it (closed). */
+function ghostShown(ctx: Core, id: string, call: string): string {
+  const cy = ctx.view.cy;
+  if (cy.getElementById(ghostKey(id)).nonempty()) return ghostKey(id);
+  const chain = call ? (ctx.index.chain.get(call) ?? []) : [];
+  for (let i = chain.length - 1; i >= 0; i--) if (cy.getElementById(callKey(chain[i])).nonempty()) return callKey(chain[i]);
+  return ghostKey(id);
 }
