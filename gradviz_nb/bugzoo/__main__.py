@@ -85,8 +85,24 @@ def mutants_line(path: Path | None = None) -> str:
             f"{len(r['families'])} mechanism classes at seeded random sites of {len(r['hosts'])} host models "
             f"(seed {r['seed']}), each mutant's truth measured in PyTorch against its unmutated host{split}; "
             f"discarded: {r['discarded_no_effect']} drawn mutants with no effect, {r['discarded_loud']} whose step "
-            "raises (a loud bug). " + _recipes_line(r.get("recipes")) +
+            "raises (a loud bug). " + _why_line(r.get("why")) + _recipes_line(r.get("recipes")) +
             f"`python -m gradviz_nb.bugzoo.mutants --seed {r['seed']} --n {n} --save` rewrites these counts.")
+
+
+def _why_line(why: dict[str, dict[str, list[int]]] | None) -> str:
+    """``gv.why`` (status, cause and line right) and ``prove()`` (a mechanical fix proven, giving the unmutated
+    host's gradient) on every affected parameter of the same mutants, per half."""
+    halves = (why or {}).get("halves") or {}
+    if not halves:
+        return ""
+
+    def part(h: str) -> str:
+        ok, n, proved, fixes = halves.get(h, [0, 0, 0, 0])
+        return (f"{h} {ok}/{n} ({100 * ok / max(n, 1):.0f}%; prove() {proved}/{fixes})"
+                if h in halves else "")
+
+    return ("On the same mutants, `gv.why` right (status, cause and line) on every affected parameter: "
+            + ", ".join(p for p in (part("original"), part("tuned"), part("held-out")) if p) + ". ")
 
 
 def _recipes_line(rec: dict[str, object] | None) -> str:
