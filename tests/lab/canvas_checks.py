@@ -373,6 +373,8 @@ SUBJECT_SEL = {
     "diff": "node.df-added, node.df-changed, node.df-removed, node.df-box",
     "doctor": "node.ov-nan, node.ov-no-grad, node.ov-flag",
     "stepper": "node.st-run, node.st-runbox",
+    # A detach that cuts parameters off (its "from detach() in ..." stub): the page's first view is about the cut.
+    "cut": 'node[kind = "ghost"][label ^= "from detach"]',
 }
 SUBJECT_VIEW_JS = """(root, [sel, extra]) => {
   const cy = root.__gradviz.cy;

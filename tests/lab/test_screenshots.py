@@ -100,6 +100,7 @@ OPEN_BLOCK = "blocks.3"
 OPENED_CELL = ("01_tour", "gpt2_view.expanded = ", "c:blocks.0.attn")
 # What each notebook's views are about (canvas_checks.SUBJECT_SEL): checked in the first view.
 SUBJECTS = {"02_what_if": ("whatif",), "03_backprop_step_by_step": ("stepper",), "05_share_and_compare": ("diff",),
+            "04_gradient_flow_and_adapters": ("cut",),  # the Dashboard opens on the detach that kills h.1's adapter
             "07_doctor": ("doctor", "stepper"),
             "09_checkpointing": ("whatif",)}  # the reentrant trap's lost adapters (drawn as what-if lost leaves)
 # Live resizes on the what-if, the stepper, the Dashboard and the doctor: each graph's subject (or the graph)
