@@ -96,13 +96,20 @@ def _flow_marks(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> li
 def _marks_into(marks: list[Any], model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     for p in model.parameters():
         g = p.grad
-        marks.append((weakref.ref(p), p._version, p.requires_grad,
-                      None if g is None else weakref.ref(g), None if g is None else (g._version, _address(g))))
+        marks.append((weakref.ref(p), _version(p), p.requires_grad,
+                      None if g is None else weakref.ref(g), None if g is None else (_version(g), _address(g))))
     if optimizer is not None:
         for group in optimizer.param_groups:
             marks.append(([id(p) for p in group["params"]],
                           {k: v.detach().clone() if isinstance(v, torch.Tensor) else v
                            for k, v in group.items() if k != "params"}))
+
+
+def _version(t: torch.Tensor) -> tuple[int, int]:
+    """The version counter of ``t`` and of its local shard: an in-place op on a DTensor (``clip_grad_norm_``'s
+    ``_foreach_mul_`` on sharded gradients) moves the shard's counter, not the wrapper's."""
+    to_local = getattr(t, "to_local", None)
+    return (t._version, to_local()._version if callable(to_local) else t._version)
 
 
 def _held(values: Mapping[str, torch.Tensor | None] | None, name: str, p: torch.Tensor) -> torch.Tensor:

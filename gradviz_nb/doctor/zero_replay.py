@@ -69,6 +69,13 @@ def _root(tensors: Any, grad_tensors: Any) -> tuple[torch.Tensor | None, torch.T
     return roots[0], grads[0]
 
 
+def _distributed() -> bool:
+    """More than one process in the default group: a replay runs the step's collectives again, and a rank
+    whose gradients have no zero would not join them (a hang), so the zeros keep the graph walk's answer."""
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
 def replay_zeros(step: Callable[[], Any], model: nn.Module, records: list[StepRecord],
                  rewind: Callable[[], None]) -> None:
     """Explain the zero and tiny gradients of the first step that ran a backward by a recorded replay of that
@@ -77,7 +84,7 @@ def replay_zeros(step: Callable[[], Any], model: nn.Module, records: list[StepRe
     replayed (a later one would need the steps before it run again), and not for zeros the step's own graph
     already measured expected (every path multiplies by a parameter that is all zero)."""
     rec = next((r for r in records if r.flow is not None), None)
-    if rec is None or rec.graph is None or rec.index != 1:
+    if rec is None or rec.graph is None or rec.index != 1 or _distributed():
         return
     wanted = {n: s for n, s in candidates(rec).items() if s[0] in ("zero", "tiny")}
     if not wanted or _loss_weighted_away(rec):

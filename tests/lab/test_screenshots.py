@@ -99,7 +99,8 @@ OPEN_BLOCK = "blocks.3"
 # The cell of notebook 01 that opens boxes of the GPT-2 above from Python, and the deepest box it opens.
 OPENED_CELL = ("01_tour", "gpt2_view.expanded = ", "c:blocks.0.attn")
 # What each notebook's views are about (canvas_checks.SUBJECT_SEL): checked in the first view.
-SUBJECTS = {"02_what_if": ("whatif",), "03_backprop_step_by_step": ("stepper",), "05_share_and_compare": ("diff",),
+SUBJECTS = {"02_what_if": ("whatif", "cut"),  # cell 12 opens on the detach that cuts blocks.1 off
+            "03_backprop_step_by_step": ("stepper",), "05_share_and_compare": ("diff",),
             "04_gradient_flow_and_adapters": ("cut",),  # the Dashboard opens on the detach that kills h.1's adapter
             "07_doctor": ("doctor", "stepper"),
             "09_checkpointing": ("whatif",)}  # the reentrant trap's lost adapters (drawn as what-if lost leaves)
@@ -544,10 +545,14 @@ FONT_FAILS: dict[str, pytest.MarkDecorator] = {}
 
 @pytest.mark.parametrize("notebook", [_nb(n, FONT_FAILS) for n in NOTEBOOKS])
 def test_first_view_text_readable(runs: dict[str, Run], notebook: str) -> None:
-    """Point 2: node text at least 11 px at the first view's zoom (font-size x zoom), or the whole graph shown at
-    90% or more (text 9.9 px and up)."""
+    """Point 2: node text at least 11 px at the first view's zoom (font-size x zoom), or, at 80% or more (text
+    8.8 px and up: the camera's WHOLE_ZOOM), the whole graph shown, or its whole width (nothing cut at the
+    sides): an MLP that fit at 89% opened at 100% with its top cut off."""
     def whole(s: Shot) -> bool:
-        return bool(s.subject) and cc.on_canvas(s.subject["graph"], s.subject) and s.first["zoom"] >= 0.9 - 1e-6
+        if not s.subject or s.first["zoom"] < 0.8 - 1e-6:
+            return False
+        g, w = s.subject["graph"], s.subject["w"]
+        return cc.on_canvas(g, s.subject) or (g["x1"] >= -1 and g["x2"] <= w + 1)
 
     bad = [f"{s.name}: smallest node text {s.first['minFontPx']:.1f} px at zoom {s.first['zoom']:.2f} "
            f"({s.first['smallest']})" for s in _graphs(runs[notebook])

@@ -122,6 +122,8 @@ def test_a_small_graph_gets_no_anchor_and_frees_at_once() -> None:
 
 
 def test_anchors_bound_every_path_and_go_with_the_graph() -> None:
+    gc.collect()
+    before = walk_module.anchored()  # anchors of graphs an earlier test in this process still holds alive
     w = torch.randn(3, requires_grad=True)
     x = w
     outs = []
@@ -130,10 +132,10 @@ def test_anchors_bound_every_path_and_go_with_the_graph() -> None:
         outs.append(x)
     loss = torch.stack(outs).sum()
     g = gv.trace(loss, names={"w": w})
-    assert walk_module.anchored() >= 1500 // walk_module.ANCHOR_EVERY
+    assert walk_module.anchored() >= before + 1500 // walk_module.ANCHOR_EVERY
     ref = weakref.ref(x)
     del loss, x, outs
     gc.collect()
     assert ref() is None
-    assert walk_module.anchored() == 0
+    assert walk_module.anchored() <= before  # this graph's anchors went with it
     assert len(g) == 1500 + 4

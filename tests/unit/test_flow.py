@@ -266,8 +266,8 @@ def test_dashboard_links_selection_both_ways() -> None:
     assert "blocks.1.attn.c_attn" in dash.layers and "blocks.0.attn.c_attn.base" not in dash.layers  # frozen
     dash.select("blocks.0.attn.c_attn")  # as a tap in the chart does, through BokehModel
     assert dash.graph.selected == "blocks.0.attn.c_attn"
-    dash.select("blocks.1.attn.c_attn")  # cut off: not in the graph, so its nearest box is selected
-    assert dash.graph.selected == "blocks.1"
+    dash.select("blocks.1.attn.c_attn")  # cut off: not in the graph; its first dead parameter is selected, which
+    assert dash.graph.selected == "p:blocks.1.attn.c_attn.lora_A"  # the page reaches through the cut that left it
     assert "dead-adapter" in dash.info.value
     dash.graph.selected = "blocks.0"  # as a click in the graph does
     assert dash.selected_layers == ["blocks.0.attn.c_attn", "blocks.0.attn.c_proj", "blocks.0.mlp.c_proj"]

@@ -41,8 +41,20 @@ class ZeroFactor:
     shape: tuple[int, ...] = ()
 
 
+def _readable(t: torch.Tensor) -> bool:
+    """A plain tensor whose storage holds all its elements. A sharded parameter (a DTensor) or FSDP2's
+    unsharded parameter outside its forward (storage freed to 0 bytes, the shape kept) is not: reading its
+    values crashes the process. Such a parameter is then not measured a zero factor."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_meta or not t.numel() or t.layout != torch.strided:
+        return False
+    extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    return t.untyped_storage().nbytes() >= extent * t.element_size()
+
+
 def _all_zero(t: torch.Tensor) -> bool:
     if t.layout is not torch.strided or t.is_meta or not t.numel() or not (t.is_floating_point() or t.is_complex()):
+        return False
+    if not _readable(t):  # a DTensor, or FSDP2's unsharded parameter with its storage freed: reading crashes
         return False
     with torch.no_grad():
         return not bool(t.detach().any())

@@ -24,7 +24,7 @@ import networkx as nx
 import torch
 
 from gradviz_nb.probes.backward import BackwardRecording, GradStats
-from gradviz_nb.probes.causes.factors import ZeroFactor
+from gradviz_nb.probes.causes.factors import ZeroFactor, _readable
 from gradviz_nb.tracing import AutogradGraph
 from gradviz_nb.tracing.walk import storage_key
 
@@ -175,16 +175,6 @@ def _storage(graph: AutogradGraph, t: torch.Tensor) -> int | None:
     except (RuntimeError, NotImplementedError):  # a tensor subclass without plain storage (a DTensor)
         return None
     return graph.saved_params.get(key)
-
-
-def _readable(t: torch.Tensor) -> bool:
-    """A plain tensor whose storage holds all its elements. A sharded parameter (a DTensor) or FSDP2's
-    unsharded parameter outside its forward (storage freed to 0 bytes, the shape kept) is not: reading its
-    values crashes the process. Such a parameter is then not measured a zero factor."""
-    if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.is_meta or not t.numel() or t.layout != torch.strided:
-        return False
-    extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
-    return t.untyped_storage().nbytes() >= extent * t.element_size()
 
 
 def _zero_factor(graph: AutogradGraph, node: str) -> str:
